@@ -1,0 +1,46 @@
+# The two commands a user needs: `make eval` and `make test`. Everything installs on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# A plain `torch` requirement pulls a multi-GB CUDA build; pin the wheel explicitly.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,bm25,qa,onnx,ray
+
+DATASET ?= scifact
+MODEL   ?= sentence-transformers/all-MiniLM-L6-v2
+SUITE   ?= offline-smoke
+RESULTS ?= results
+ARGS    ?=
+
+# Offline machines: a local folder (or URL prefix) holding BEIR datasets. Defaults to the shared
+# data checkout beside this repository when there is one; empty means the official download server.
+HARNESS_BEIR_MIRROR ?= $(abspath $(wildcard ../shared/data/beir))
+export HARNESS_BEIR_MIRROR
+
+.PHONY: setup eval test test-fast lint table compare reproduce report bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+eval: setup
+	$(BIN)/harness eval --dataset $(DATASET) --model $(MODEL) --results-dir $(RESULTS) $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+
+# All tests, the slow end-to-end ones included (plain `pytest` skips the slow marker).
+test: lint
+	$(BIN)/pytest -m "slow or not slow"
+
+test-fast: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

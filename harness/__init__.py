@@ -1,0 +1,3 @@
+"""BEIR retriever benchmarking harness: exact metrics, cached embeddings, reproducible runs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,55 @@
+"""The ``harness`` command: a thin argparse layer over the stage modules.
+
+Each sub-command lives in its own module under ``harness.cli`` exposing
+``register(subparsers)``, which adds its parser(s) and sets ``func`` to a
+callable taking the parsed arguments and returning an exit code. Heavy
+imports (torch, faiss) happen inside those callables so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from harness import __version__
+from harness.errors import HarnessError
+
+# Order here is the order ``harness --help`` lists the commands in.
+COMMAND_MODULES: list[str] = [
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Benchmark retrievers on BEIR: data, encoding, FAISS search, trec_eval-exact metrics, "
+        "significance tests and reports.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; finished shards and files are kept, rerun to resume", file=sys.stderr)
+        return 130
