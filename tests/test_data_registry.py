@@ -1,0 +1,127 @@
+"""The dataset registry (configs/datasets.yaml) against the published values and the shared files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.data import dataset_registry, expand_dataset_names, get_dataset_record
+from harness.errors import HarnessError
+from harness.fileio import file_digest
+
+BEIR_PUBLIC = [
+    "msmarco",
+    "trec-covid",
+    "nfcorpus",
+    "nq",
+    "hotpotqa",
+    "fiqa",
+    "arguana",
+    "webis-touche2020",
+    "quora",
+    "dbpedia-entity",
+    "scidocs",
+    "fever",
+    "climate-fever",
+    "scifact",
+]
+CQADUPSTACK_FORUMS = [
+    "android",
+    "english",
+    "gaming",
+    "gis",
+    "mathematica",
+    "physics",
+    "programmers",
+    "stats",
+    "tex",
+    "unix",
+    "webmasters",
+    "wordpress",
+]
+OFFICIAL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/"
+
+
+def _sources_tables(beir_mirror: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(zip name -> md5, member path -> sha256) from the "Published pins" tables of SOURCES.md."""
+    text = (beir_mirror / "SOURCES.md").read_text(encoding="utf-8")
+    zips = dict(re.findall(r"^\| (\S+\.zip) \| [^|]+ \| ([0-9a-f]{32}) \|", text, flags=re.M))
+    members = dict(re.findall(r"^\| (\S+/\S+) \| [\d,]+ \| ([0-9a-f]{64}) \|$", text, flags=re.M))
+    return zips, members
+
+
+def test_registry_lists_every_public_beir_dataset_and_the_cqadupstack_forums():
+    registry = dataset_registry()
+    expected = BEIR_PUBLIC + [f"cqadupstack/{forum}" for forum in CQADUPSTACK_FORUMS]
+    assert sorted(registry) == sorted(expected)
+    assert expand_dataset_names(["cqadupstack"]) == [f"cqadupstack/{forum}" for forum in CQADUPSTACK_FORUMS]
+    assert expand_dataset_names(["scifact", "scifact"]) == ["scifact"]
+
+
+def test_every_record_is_complete_and_consistent():
+    for name, record in dataset_registry().items():
+        assert record.url.startswith(OFFICIAL) and record.url.endswith(".zip"), name
+        assert re.fullmatch(r"[0-9a-f]{32}", record.md5 or ""), name
+        assert record.eval_split == ("dev" if name == "msmarco" else "test"), name
+        assert record.eval_split in record.splits, name
+        assert set(record.counts[record.eval_split]) == {"docs", "queries", "qrels"}, name
+        assert all(re.fullmatch(r"[0-9a-f]{64}", pin) for pin in record.files.values()), name
+        assert record.drop_identical_ids == (name in {"arguana", "quora"}), name
+        if record.group == "cqadupstack":
+            assert record.archive_name == "cqadupstack.zip" and record.archive_dir == name
+        else:
+            assert record.archive_name == f"{name}.zip" and record.archive_dir == name
+            assert (record.hf_corpus, record.hf_qrels) == (f"BeIR/{name}", f"BeIR/{name}-qrels")
+    # The BEIR README's CQADupStack row: 13,145 test queries over the 12 forums.
+    forums = [record for record in dataset_registry().values() if record.group == "cqadupstack"]
+    assert sum(record.counts["test"]["queries"] for record in forums) == 13145
+
+
+def test_checksums_agree_with_the_published_pins_in_sources_md(beir_mirror: Path):
+    zips, members = _sources_tables(beir_mirror)
+    assert len(zips) >= 7 and len(members) >= 20  # the tables were found
+    registry = dataset_registry()
+    for zip_name, md5 in zips.items():
+        assert registry[zip_name.removesuffix(".zip")].md5 == md5
+    for member, sha256 in members.items():
+        name, relative = member.split("/", 1)
+        assert registry[name].files[relative] == sha256, member
+    pinned = {f"{name}/{relative}" for name, record in registry.items() for relative in record.files}
+    assert pinned == set(members)
+
+
+def test_scifact_pins_and_counts_match_the_shared_files(beir_mirror: Path):
+    record = get_dataset_record("scifact")
+    for relative, pin in record.files.items():
+        assert file_digest(beir_mirror / "scifact" / relative) == pin
+    assert record.counts["test"] == {"docs": 5183, "queries": 300, "qrels": 339}
+
+
+def test_unknown_name_suggests_close_matches():
+    with pytest.raises(HarnessError, match="unknown dataset 'scifakt'; did you mean scifact"):
+        get_dataset_record("scifakt")
+
+
+def test_cli_list_and_info(capsys, tmp_path: Path):
+    assert main(["data", "list", "--data-dir", str(tmp_path)]) == 0
+    listing = capsys.readouterr().out
+    for name in BEIR_PUBLIC:
+        assert re.search(rf"^{re.escape(name)}\s", listing, flags=re.M), name
+    assert re.search(r"^scifact\s+test\s+5,183\s+300\s+339\s", listing, flags=re.M)
+    assert re.search(r"^msmarco\s+dev\s+8,841,823\s+6,980\s+7,437\s", listing, flags=re.M)
+
+    assert main(["data", "info", "arguana"]) == 0
+    info = capsys.readouterr().out
+    assert "8ad3e3c2a5867cdced806d6503f29b99" in info
+    assert "drop identical ids: yes" in info
+    assert "qrels/test.tsv   0c47b481fa8b47fb9ca5e74bc8a017bdea14518c0e4a5d21345291180b3aca76" in info
+
+
+def test_cli_info_unknown_name_is_one_error_line(capsys):
+    assert main(["data", "info", "nfcorpos"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: unknown dataset 'nfcorpos'; did you mean nfcorpus")
