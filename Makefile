@@ -18,9 +18,26 @@ ARGS    ?=
 HARNESS_BEIR_MIRROR ?= $(abspath $(wildcard ../shared/data/beir))
 export HARNESS_BEIR_MIRROR
 
-.PHONY: setup eval test test-fast lint table compare reproduce report bench clean
+.PHONY: setup system-deps eval test test-fast lint table compare reproduce report bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) system-deps
+
+# Debian packages the tests need and pip cannot give: WordNet 3.0 for METEOR's synonym stage (nltk's own
+# downloader needs the network) and Chromium to check the HTML report headless. Installed when running
+# as root with apt-get; otherwise a note says what to install.
+SYSTEM_PACKAGES ?= wordnet-base chromium
+system-deps:
+	@missing=""; \
+	test -f /usr/share/wordnet/data.noun || missing="$$missing wordnet-base"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "note: install these Debian packages for the full test suite:$$missing"; \
+	  fi; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

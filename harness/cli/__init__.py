@@ -18,6 +18,12 @@ from harness.errors import HarnessError
 
 # Order here is the order ``harness --help`` lists the commands in.
 COMMAND_MODULES: list[str] = [
+    "harness.cli.data_cmd",
+    "harness.cli.eval_cmd",
+    "harness.cli.evaluate_cmd",
+    "harness.cli.qa_cmd",
+    "harness.cli.cache_cmd",
+    "harness.cli.report_cmd",
 ]
 
 
@@ -38,10 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    # Libraries (faiss, transformers) log chatter at INFO; show theirs from WARNING, ours from INFO.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("harness").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -25,7 +25,7 @@ def _positive_int(text: str) -> int:
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The pipeline's options; shared with commands that run evaluations (reproduce, compare)."""
-    from harness.pipeline import DEFAULT_KS, DEFAULT_METRICS
+    from harness.pipeline import DEFAULT_METRICS
 
     parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
     parser.add_argument("--top-k", type=_positive_int, default=1000, help="documents retrieved per query")
@@ -53,10 +53,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     identical.add_argument(
         "--keep-identical-ids", dest="drop_identical_ids", action="store_const", const=False
     )
-    parser.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="metric names or families")
     parser.add_argument(
-        "--ks", nargs="+", type=_positive_int, default=DEFAULT_KS, help="cut-offs for families"
+        "--metrics", nargs="+", default=DEFAULT_METRICS, help="metric names (ndcg@10, map, ...) or bare families"
     )
+    parser.add_argument("--ks", nargs="+", type=_positive_int, help="cut-offs that bare family names expand to")
     parser.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
     parser.add_argument(
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
@@ -85,7 +85,7 @@ def options_from_args(args: argparse.Namespace):
         mirror=args.mirror,
         drop_identical_ids=args.drop_identical_ids,
         metrics=list(args.metrics),
-        ks=list(args.ks),
+        ks=list(args.ks) if args.ks else None,
         relevance_level=args.relevance_level,
         complete=args.complete,
         strict=args.strict,

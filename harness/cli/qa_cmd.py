@@ -1,0 +1,326 @@
+"""``harness qa-eval`` and ``harness qa-compare``: score RAG answers against gold answers, compare two systems."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.fileio import atomic_write_json, file_digest
+from harness.qa_data import QAFile, read_predictions
+from harness.qa_metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
+
+# qa-compare's default: the headline answer-matching scores; ``--metrics all`` tests every per-question score.
+DEFAULT_COMPARE_METRICS = ("em", "acc", "f1")
+# The evaluation toolkit's choices (harness.significance.TESTS / CORRECTIONS), listed here so that
+# ``--help`` needs no numpy import; tests check the two agree.
+PAIRED_TESTS = ("permutation", "ttest", "wilcoxon")
+CORRECTIONS = ("holm", "bonferroni", "none")
+# How many ids a report lists by name (only in one file, gold differs); the counts are always complete.
+MAX_LISTED_IDS = 10
+_EXAMPLE_LINE = (
+    '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '
+    '"pred_answer": "December 14, 1973"}'
+)
+_METRICS_HELP = (
+    f"comma-separated metric groups ({', '.join(METRIC_GROUPS)}) or single scores "
+    f"({', '.join(ALL_SCORE_KEYS)}); 'all' for everything"
+)
+
+
+def _add_input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gold-key", default="golden_answers", help="key of the gold answers (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--pred-key", default="pred_answer", help="key of the prediction (default: %(default)s)"
+    )
+    parser.add_argument("--id-key", default="id", help="key of the question id (default: %(default)s)")
+    parser.add_argument(
+        "--choices-key",
+        default="choices",
+        help="key of multiple-choice options; when a line has them, gold answers are 0-based indices "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-synonyms",
+        action="store_true",
+        help=f"run METEOR's exact and stem stages only, even when WordNet is installed (it is looked for in "
+        f"${WORDNET_ENV}, nltk's data folders and /usr/share/wordnet from Debian's wordnet-base)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    evaluate = subparsers.add_parser(
+        "qa-eval",
+        help="score generated answers: EM, Acc, StringEM, CoverEM, F1, ROUGE, BLEU, METEOR, distinct-n",
+        description="Score a JSONL file of predictions against gold answers, per question and in aggregate. "
+        f"One JSON object per line, e.g. {_EXAMPLE_LINE}. Gold answers are a string, a list of aliases, "
+        "or a list of alias lists (ASQA: StringEM counts the groups found). EM, Acc, StringEM, CoverEM and "
+        "F1 use SQuAD normalisation; ROUGE (rouge-score), BLEU (sacrebleu) and METEOR (nltk) use their "
+        "libraries' tokenisation. An empty prediction scores 0 and is counted; a repeated id keeps its "
+        "first line.",
+    )
+    evaluate.add_argument("predictions", type=Path, help="JSONL file of predictions with gold answers")
+    _add_input_options(evaluate)
+    evaluate.add_argument("--metrics", action="append", default=None, help=f"{_METRICS_HELP} (default: all)")
+    evaluate.add_argument(
+        "--per-question",
+        action="store_true",
+        help="also give every question's scores (in the --output report, or as a table on stdout)",
+    )
+    evaluate.add_argument("--output", type=Path, default=None, help="write the full report to this JSON file")
+    evaluate.set_defaults(func=run_eval)
+
+    compare = subparsers.add_parser(
+        "qa-compare",
+        help="paired significance test between two systems' answers to the same questions",
+        description="Score two predictions files like qa-eval, pair the questions by id and test each "
+        "per-question score with the evaluation toolkit's paired test; p-values are adjusted across the "
+        "metrics tested. Ids found in only one file are reported and left out of the test.",
+    )
+    compare.add_argument(
+        "system_a", type=Path, metavar="A.jsonl", help="predictions of system A (the baseline)"
+    )
+    compare.add_argument("system_b", type=Path, metavar="B.jsonl", help="predictions of system B")
+    _add_input_options(compare)
+    compare.add_argument(
+        "--metrics",
+        action="append",
+        default=None,
+        help=f"{_METRICS_HELP} (default: {','.join(DEFAULT_COMPARE_METRICS)})",
+    )
+    compare.add_argument(
+        "--test",
+        choices=PAIRED_TESTS,
+        default="permutation",
+        help="two-sided paired permutation (randomisation) test, paired t-test or Wilcoxon signed-rank test "
+        "(default: %(default)s)",
+    )
+    compare.add_argument(
+        "--resamples",
+        type=int,
+        default=10000,
+        help="sign-flip permutations and bootstrap resamples of the CI (default: %(default)s)",
+    )
+    compare.add_argument("--seed", type=int, default=42, help="random seed (default: %(default)s)")
+    compare.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default="holm",
+        help="family-wise adjustment of the p-values across the metrics tested (default: %(default)s)",
+    )
+    compare.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level; the CI is at 1 - alpha, not adjusted (default: %(default)s)",
+    )
+    compare.add_argument("--output", type=Path, default=None, help="write the comparison to this JSON file")
+    compare.set_defaults(func=run_compare)
+
+
+def _metric_names(raw: list[str] | None, default: tuple[str, ...] | None) -> list[str]:
+    return resolve_metrics(raw or default)
+
+
+def _read(path: Path, args: argparse.Namespace) -> QAFile:
+    qa_file = read_predictions(
+        path, gold_key=args.gold_key, pred_key=args.pred_key, id_key=args.id_key, choices_key=args.choices_key
+    )
+    if qa_file.empty_predictions:
+        print(f"warning: {path}: {qa_file.empty_predictions} empty prediction(s), scored 0", file=sys.stderr)
+    if qa_file.duplicates:
+        qid, first, repeated = qa_file.duplicates[0]
+        print(
+            f"warning: {path}: {len(qa_file.duplicates)} repeated id(s), e.g. {qid!r} on lines {first} and "
+            f"{repeated}; kept each id's first line",
+            file=sys.stderr,
+        )
+    return qa_file
+
+
+def _file_summary(qa_file: QAFile) -> dict[str, Any]:
+    return {
+        "path": str(qa_file.path),
+        "sha256": file_digest(qa_file.path, "sha256"),
+        "questions": len(qa_file.records),
+        **qa_file.warnings(),
+    }
+
+
+def _print_rows(rows: list[list[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _print_settings_notes(scorer: QAScorer) -> None:
+    print(f"normalisation: {scorer.settings()['normalisation']}")
+    if "meteor" in scorer.groups:
+        wordnet = scorer.wordnet
+        where = f"WordNet {wordnet.version} at {wordnet.path}" if wordnet.reader is not None else wordnet.note
+        print(f"METEOR stages: {', '.join(scorer.meteor_stages)} ({where})")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    keys = _metric_names(args.metrics, None)
+    qa_file = _read(args.predictions, args)
+    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
+    result = scorer.evaluate(qa_file.records)
+    report: dict[str, Any] = {
+        "predictions": _file_summary(qa_file),
+        "keys": {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key},
+        "metrics": result.keys,
+        "settings": scorer.settings(),
+        "aggregate": result.aggregate,
+    }
+    if result.bleu_corpus:
+        report["bleu_corpus"] = result.bleu_corpus
+    if args.per_question:
+        report["per_question"] = [
+            {"id": record.qid, "line": record.line, **result.per_question[record.qid]}
+            for record in qa_file.records
+        ]
+    if args.output:
+        atomic_write_json(args.output, report)
+
+    counts = qa_file.warnings()
+    print(
+        f"{qa_file.path}: {len(qa_file.records)} questions, {counts['empty_predictions']} empty predictions, "
+        f"{counts['duplicate_ids']} repeated ids dropped"
+    )
+    _print_rows([["metric", "score"]] + [[name, f"{value:.4f}"] for name, value in result.aggregate.items()])
+    _print_settings_notes(scorer)
+    if args.per_question and not args.output:
+        rows = [["id", *result.keys]]
+        rows += [
+            [qid, *(f"{scores[key]:.4f}" for key in result.keys)]
+            for qid, scores in result.per_question.items()
+        ]
+        print()
+        _print_rows(rows)
+    if args.output:
+        print(f"report: {args.output}")
+    return 0
+
+
+def _id_list(ids: list[str]) -> dict[str, Any]:
+    return {"count": len(ids), "examples": ids[:MAX_LISTED_IDS]}
+
+
+def _pair_by_id(file_a: QAFile, file_b: QAFile) -> tuple[list[str], list[str], list[str]]:
+    """Ids in both files (A's order), only in A, only in B."""
+    ids_b = {record.qid for record in file_b.records}
+    ids_a = {record.qid for record in file_a.records}
+    shared = [record.qid for record in file_a.records if record.qid in ids_b]
+    only_a = [record.qid for record in file_a.records if record.qid not in ids_b]
+    only_b = [record.qid for record in file_b.records if record.qid not in ids_a]
+    return shared, only_a, only_b
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from harness.significance import adjust_pvalues, paired_test
+
+    keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
+    if args.resamples < 1:
+        raise HarnessError(f"--resamples must be at least 1, got {args.resamples}")
+    if not 0 < args.alpha < 1:
+        raise HarnessError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)
+    shared, only_a, only_b = _pair_by_id(file_a, file_b)
+    if not shared:
+        raise HarnessError(
+            f"{args.system_a} and {args.system_b} share no question id; check --id-key and that both files "
+            "answer the same questions"
+        )
+    for path, ids in ((args.system_a, only_a), (args.system_b, only_b)):
+        if ids:
+            print(
+                f"warning: {len(ids)} id(s) only in {path}, e.g. {ids[0]!r}; left out of the test",
+                file=sys.stderr,
+            )
+    records_a, records_b = file_a.by_id(), file_b.by_id()
+    gold_differs = [qid for qid in shared if records_a[qid].gold_groups != records_b[qid].gold_groups]
+    if gold_differs:
+        print(
+            f"warning: gold answers differ for {len(gold_differs)} shared id(s), e.g. {gold_differs[0]!r}; "
+            "each file is scored against its own gold",
+            file=sys.stderr,
+        )
+
+    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
+    scores_a = {qid: scorer.score(records_a[qid]) for qid in shared}
+    scores_b = {qid: scorer.score(records_b[qid]) for qid in shared}
+    tests = {
+        key: paired_test(
+            np.array([scores_a[qid][key] for qid in shared]),
+            np.array([scores_b[qid][key] for qid in shared]),
+            test=args.test,
+            n_resamples=args.resamples,
+            seed=args.seed,
+            confidence=1 - args.alpha,
+        )
+        for key in keys
+    }
+    adjusted = adjust_pvalues([tests[key].p_value for key in keys], method=args.correction)
+    results = {
+        key: {
+            "mean_a": float(test.mean_a),
+            "mean_b": float(test.mean_b),
+            "diff": float(test.diff),
+            "ci_low": float(test.ci_low),
+            "ci_high": float(test.ci_high),
+            "p_value": float(test.p_value),
+            "p_adjusted": float(p_adjusted),
+            "significant": bool(p_adjusted < args.alpha),
+        }
+        for (key, test), p_adjusted in zip(tests.items(), adjusted, strict=True)
+    }
+    report = {
+        "a": _file_summary(file_a),
+        "b": _file_summary(file_b),
+        "paired_questions": len(shared),
+        "only_in_a": _id_list(only_a),
+        "only_in_b": _id_list(only_b),
+        "gold_differs": _id_list(gold_differs),
+        "test": args.test,
+        "resamples": args.resamples,
+        "seed": args.seed,
+        "correction": args.correction,
+        "alpha": args.alpha,
+        "diff": "mean over paired questions of (A - B)",
+        "confidence_interval": f"{1 - args.alpha:.0%} percentile bootstrap of mean(A - B), not adjusted",
+        "settings": scorer.settings(),
+        "results": results,
+    }
+    if args.output:
+        atomic_write_json(args.output, report)
+
+    print(f"A: {file_a.path}  B: {file_b.path}")
+    print(f"paired questions: {len(shared)}; only in A: {len(only_a)}; only in B: {len(only_b)}")
+    print(f"test: {args.test}, {args.resamples} resamples, seed {args.seed}; p adjusted: {args.correction}")
+    header = ["metric", "A", "B", "A-B", f"{1 - args.alpha:.0%} CI", "p", f"p ({args.correction})", ""]
+    rows = [header]
+    for key, row in results.items():
+        rows.append(
+            [
+                key,
+                f"{row['mean_a']:.4f}",
+                f"{row['mean_b']:.4f}",
+                f"{row['diff']:+.4f}",
+                f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+                f"{row['p_value']:.4g}",
+                f"{row['p_adjusted']:.4g}",
+                "*" if row["significant"] else "",
+            ]
+        )
+    _print_rows(rows)
+    _print_settings_notes(scorer)
+    if args.output:
+        print(f"report: {args.output}")
+    return 0
