@@ -77,6 +77,12 @@ class EvalOptions:
     force: bool = False
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)
+    # How the corpus is encoded (harness.parallel); recorded in provenance but never part of the
+    # result-reuse config or the cache key: every plan writes the same vectors.
+    workers: int | None = None
+    devices: list[str] | None = None
+    executor: str = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.top_k <= 0:
@@ -174,15 +180,23 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
 def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
     from harness.cache import EmbeddingCache
     from harness.encode import Encoder
+    from harness.parallel import encoding_plan_for
     from harness.search import dense_search
 
     with timer.stage("load_model"):
         encoder = Encoder(
             model, device=options.device, batch_size=options.batch_size, **options.encoder_options
         )
+        plan = encoding_plan_for(model, encoder, options)
     cache = EmbeddingCache(options.cache_dir)
     with timer.stage("encode_corpus"):
-        corpus = cache.corpus(dataset, encoder, shard_size=options.shard_size, progress=options.progress)
+        corpus = cache.corpus(
+            dataset,
+            encoder,
+            shard_size=options.shard_size,
+            progress=options.progress,
+            encode_shards=plan.encode_shards,
+        )
     with timer.stage("encode_queries"):
         query_ids, query_vectors = cache.queries(dataset, encoder)
     with timer.stage("search"):
@@ -199,6 +213,7 @@ def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical:
         "device": encoder.device,
         "encoder_settings": encoder.settings(),
         "embedding_cache": {"corpus_key": corpus.key, "directory": str(corpus.directory), "dim": corpus.dim},
+        "encoding": plan.describe(),
     }
     return run, details
 
