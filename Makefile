@@ -49,6 +49,24 @@ $(STAMP): pyproject.toml
 eval: setup
 	$(BIN)/harness eval --dataset $(DATASET) --model $(MODEL) --results-dir $(RESULTS) $(ARGS)
 
+# One table per metric, datasets down, models across (ARGS="--baseline MODEL --format latex" etc.).
+table: setup
+	$(BIN)/harness table $(RESULTS) $(ARGS)
+
+# One self-contained HTML page: tables, charts and each run's provenance.
+report: setup
+	$(BIN)/harness report $(RESULTS) $(ARGS)
+
+# Ours vs published numbers for a suite in configs/suites/; non-zero exit on any MISS.
+reproduce: setup
+	$(BIN)/harness reproduce $(SUITE) --results-dir $(RESULTS) $(ARGS)
+
+# The fine-tuning workflow: every model on every dataset, then a table with the first model as baseline.
+MODELS ?= $(MODEL)
+compare: setup
+	$(BIN)/harness eval --dataset $(DATASET) --model $(MODELS) --results-dir $(RESULTS) $(ARGS)
+	$(BIN)/harness table $(RESULTS) --datasets $(DATASET) --models $(MODELS) --baseline $(firstword $(MODELS))
+
 lint: setup
 	$(BIN)/ruff check .
 

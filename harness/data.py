@@ -12,9 +12,11 @@ with ``strict=True``.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import functools
+import io
 import json
 import logging
 import os
@@ -197,12 +199,25 @@ def _remembered(root: Path, key: str, paths: list[Path], compute: Callable[[], A
     else:
         value = compute()
         entries[key] = {"stamp": stamp, "value": value}
-        try:
-            atomic_write_json(sidecar, {"version": 1, "entries": entries})
-        except OSError as error:  # a read-only mirror: keep the value for this process only
-            log.debug("cannot remember %s in %s: %s", key, sidecar, error)
+        if _writable_folder(root):
+            try:
+                atomic_write_json(sidecar, {"version": 1, "entries": entries})
+            except OSError as error:
+                log.debug("cannot remember %s in %s: %s", key, sidecar, error)
     _MEMO[memo_key] = (stamp, value)
     return value
+
+
+def _writable_folder(root: Path) -> bool:
+    """Whether the harness may leave its sidecar in ``root``.
+
+    Judged by the folder's mode bits, not ``os.access``: root passes every access check, and a shared
+    read-only mirror must stay untouched even then. Read-only folders keep values for this process only.
+    """
+    try:
+        return bool(root.stat().st_mode & 0o222) and os.access(root, os.W_OK)
+    except OSError:
+        return False
 
 
 def cached_sha256(root: Path, relative: str) -> str:
@@ -233,9 +248,12 @@ def _record_id(value: Any, path: Path, line: int, what: str) -> str:
     raise InputError(path, line, f"`_id` must be a string, not {type(value).__name__}")
 
 
-def _iter_json_records(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of a JSON-lines file."""
-    for number, line in iter_lines(path):
+def _iter_json_records(
+    path: Path, what: str, start: tuple[int, int] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of a JSON-lines file (from ``start`` if given)."""
+    lines = iter_lines(path) if start is None else _iter_lines_from(path, *start)
+    for number, line in lines:
         if not line.strip():
             continue
         try:
@@ -261,11 +279,53 @@ def _parse_document(path: Path, number: int, record: dict[str, Any]) -> Document
     return Document(doc_id, title, text)
 
 
-def iter_corpus(path: str | Path) -> Iterator[Document]:
-    """Stream the documents of a ``corpus.jsonl`` in file order, validating each line."""
+def iter_corpus(path: str | Path, start: tuple[int, int] | None = None) -> Iterator[Document]:
+    """Stream the documents of a ``corpus.jsonl`` in file order, validating each line.
+
+    ``start`` is a ``(byte offset, line number)`` from ``corpus_shard_starts``: reading begins there.
+    """
     path = Path(path)
-    for number, record in _iter_json_records(path, "document"):
+    for number, record in _iter_json_records(path, "document", start):
         yield _parse_document(path, number, record)
+
+
+def _iter_lines_from(path: Path, offset: int, first_line: int) -> Iterator[tuple[int, str]]:
+    """``iter_lines`` from a byte offset at a line start (plain files only: gzip cannot seek cheaply)."""
+    with open(path, "rb") as raw:
+        raw.seek(offset)
+        encoding = "utf-8-sig" if offset == 0 else "utf-8"
+        with io.TextIOWrapper(raw, encoding=encoding, newline=None) as handle:
+            for number, line in enumerate(handle, start=first_line):
+                yield number, line.rstrip("\r\n")
+
+
+def corpus_shard_starts(
+    path: str | Path, shard_size: int, expected_docs: int | None = None
+) -> list[tuple[int, int]] | None:
+    """``(byte offset, line number)`` of documents 0, S, 2S, ... so a worker can seek to its shard.
+
+    One pass over the raw bytes, no JSON parsing. ``None`` for gzip files, which cannot seek, and
+    when the pass counts other than ``expected_docs`` documents (e.g. bare CR line endings, which
+    text reading splits on): such files are streamed instead.
+    """
+    path = Path(path)
+    if path.suffix == ".gz":
+        return None
+    starts: list[tuple[int, int]] = []
+    documents = offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            content = raw[3:] if number == 1 and raw.startswith(codecs.BOM_UTF8) else raw
+            stripped = content.strip()
+            # str.strip() (what iter_corpus uses) strips more than bytes.strip(): decode the rare doubtful line.
+            if stripped and (0x20 < stripped[0] < 0x80 or content.decode("utf-8", "replace").strip()):
+                if documents % shard_size == 0:
+                    starts.append((offset, number))
+                documents += 1
+            offset += len(raw)
+    if expected_docs is not None and documents != expected_docs:
+        return None
+    return starts
 
 
 def load_queries(path: str | Path) -> dict[str, str]:
@@ -461,10 +521,31 @@ class BeirDataset:
     report: LoadReport = field(default_factory=LoadReport)
     _num_docs: int | None = field(default=None, repr=False)
     _fingerprint: dict[str, str] | None = field(default=None, repr=False)
+    _shard_starts: dict[int, list[tuple[int, int]] | None] = field(default_factory=dict, repr=False)
 
-    def iter_documents(self) -> Iterator[Document]:
-        """Documents in file order, validated line by line, never all in memory."""
-        return iter_corpus(self.corpus_path)
+    def iter_documents(self, start: tuple[int, int] | None = None) -> Iterator[Document]:
+        """Documents in file order, validated line by line, never all in memory.
+
+        ``start`` (an entry of ``shard_starts``) begins at that document instead of the first.
+        """
+        return iter_corpus(self.corpus_path, start)
+
+    def shard_starts(self, shard_size: int) -> list[tuple[int, int]] | None:
+        """Where each shard of ``shard_size`` documents begins in the corpus file (None for gzip).
+
+        Remembered beside the checksums while the corpus is unchanged, so workers seek, not scan.
+        """
+        if shard_size not in self._shard_starts:
+            relative = os.path.relpath(self.corpus_path, self.root)
+            value = _remembered(
+                self.root,
+                f"shard_starts:{relative}:{shard_size}",
+                [self.corpus_path],
+                lambda: corpus_shard_starts(self.corpus_path, shard_size, self.num_docs),
+            )
+            starts = [(int(offset), int(line)) for offset, line in value] if value is not None else None
+            self._shard_starts[shard_size] = starts
+        return self._shard_starts[shard_size]
 
     def iter_document_batches(self, batch_size: int) -> Iterator[list[Document]]:
         """Documents in file order, ``batch_size`` at a time (the last batch may be shorter)."""

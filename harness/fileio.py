@@ -38,6 +38,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp creates 0600; give the final file the usual permissions (0666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_name, 0o666 & ~umask)
     try:
         kwargs = {"encoding": encoding} if "b" not in mode else {}
         with os.fdopen(fd, mode, **kwargs) as handle:

@@ -101,6 +101,7 @@ def test_fingerprint_is_the_sha256_of_the_three_files(beir_mirror: Path):
 def test_fingerprint_is_remembered_until_the_file_changes(tmp_path: Path, beir_mirror: Path, monkeypatch):
     root = tmp_path / "scifact"
     shutil.copytree(beir_mirror / "scifact", root)
+    root.chmod(0o755)  # the mirror is read-only; this copy is the user's own writable folder
     first = load_dataset(root).fingerprint()
     assert (root / data.SIDECAR_FILE).is_file()
 
@@ -117,6 +118,17 @@ def test_fingerprint_is_remembered_until_the_file_changes(tmp_path: Path, beir_m
         handle.write(json.dumps({"_id": "extra", "text": "unjudged"}) + "\n")
     changed = load_dataset(root).fingerprint()
     assert changed["queries.jsonl"] == file_digest(root / "queries.jsonl") != first["queries.jsonl"]
+
+
+def test_read_only_folder_gets_no_sidecar(tmp_path: Path, beir_mirror: Path):
+    """A shared mirror stays untouched, even for root (who passes every access check)."""
+    root = tmp_path / "scifact"
+    shutil.copytree(beir_mirror / "scifact", root)
+    root.chmod(0o555)
+    data._MEMO.clear()
+    assert load_dataset(root).fingerprint()["corpus.jsonl"]
+    assert not (root / data.SIDECAR_FILE).exists()
+    assert not (beir_mirror / "scifact" / data.SIDECAR_FILE).exists()
 
 
 def test_nfcorpus_qrels_keep_graded_relevance(beir_mirror: Path):

@@ -1,0 +1,259 @@
+"""``harness evaluate`` (trec_eval-exact metrics of one run) and ``harness compare``
+(paired significance tests between runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_METRICS = ["ndcg", "map", "recall", "p", "mrr"]
+DEFAULT_KS = [1, 3, 5, 10, 100, 1000]
+COMPARE_METRICS = ["ndcg@10", "map", "recall@100", "mrr@10"]
+
+METRICS_HELP = (
+    "metric names, case-insensitive: ndcg[@k], recall@k, p@k (precision@k), map[@k], mrr[@k], rprec, bpref, "
+    "gmap, success@k, r_cap@k; a bare name that takes k expands over --ks"
+)
+FORMATS_HELP = (
+    "QRELS is TREC `qid iter docid rel` or BEIR TSV `query-id corpus-id score` (header optional); runs are "
+    "TREC `qid Q0 docid rank score tag`. Columns split on any whitespace; .gz is read transparently. "
+    "Ranking is trec_eval's: score descending, then docid descending; the rank column is ignored."
+)
+
+
+def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=metrics,
+        metavar="NAME",
+        help=f"{METRICS_HELP} (default: {' '.join(metrics)})",
+    )
+    parser.add_argument(
+        "--ks",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="K",
+        help="cutoffs for bare metric names, e.g. --metrics ndcg recall --ks 10 100 "
+        f"(default: {' '.join(map(str, DEFAULT_KS))} with the default metrics; otherwise bare map, mrr "
+        "and ndcg cover the whole ranking)",
+    )
+    parser.add_argument(
+        "--relevance-level",
+        type=int,
+        default=1,
+        metavar="N",
+        help="a document is relevant when rel >= N (trec_eval -l; default: %(default)s); nDCG's gain is rel itself",
+    )
+    parser.add_argument(
+        "--complete",
+        action="store_true",
+        help="average over every judged query, scoring those the run missed as 0 (trec_eval -c); "
+        "default: only judged queries present in the run",
+    )
+    parser.add_argument(
+        "--output", "-o", type=Path, metavar="FILE.json", help="also write the results as JSON"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    evaluate_parser = subparsers.add_parser(
+        "evaluate",
+        help="score a run file against qrels with trec_eval's semantics",
+        description="Score a TREC run against qrels. " + FORMATS_HELP,
+    )
+    evaluate_parser.add_argument("qrels", type=Path, metavar="QRELS")
+    evaluate_parser.add_argument("run", type=Path, metavar="RUN")
+    _add_common(evaluate_parser, DEFAULT_METRICS)
+    evaluate_parser.add_argument(
+        "--per-query",
+        action="store_true",
+        help="include per-query values (in the JSON with --output, else printed as `qid metric value` lines)",
+    )
+    evaluate_parser.set_defaults(func=run_evaluate)
+
+    compare_parser = subparsers.add_parser(
+        "compare",
+        help="paired significance tests of runs against the first run",
+        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference (A-B) "
+        "with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
+        "correction over all metric x run comparisons. Judged queries a run did not answer count as 0 "
+        "for that run (listed in the output). " + FORMATS_HELP,
+    )
+    compare_parser.add_argument("qrels", type=Path, metavar="QRELS")
+    compare_parser.add_argument("baseline", type=Path, metavar="RUN_A", help="the baseline run")
+    compare_parser.add_argument(
+        "others", type=Path, nargs="+", metavar="RUN_B", help="runs compared with RUN_A"
+    )
+    _add_common(compare_parser, COMPARE_METRICS)
+    compare_parser.add_argument(
+        "--test",
+        choices=["permutation", "ttest", "wilcoxon"],
+        default="permutation",
+        help="paired two-sided test: sign-flip permutation, Student's t, or Wilcoxon signed-rank (default: %(default)s)",
+    )
+    compare_parser.add_argument(
+        "--n-resamples",
+        type=int,
+        default=10000,
+        metavar="N",
+        help="permutations and bootstrap resamples (default: %(default)s)",
+    )
+    compare_parser.add_argument(
+        "--seed", type=int, default=42, help="random seed; same seed, same p-values (default: %(default)s)"
+    )
+    compare_parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level (default: %(default)s)"
+    )
+    compare_parser.add_argument(
+        "--correction",
+        choices=["holm", "bonferroni", "none"],
+        default="holm",
+        help="multiple-comparison correction over all comparisons (default: %(default)s)",
+    )
+    compare_parser.set_defaults(func=run_compare)
+
+
+def _cutoffs(args: argparse.Namespace) -> list[int] | None:
+    """--ks, or the default cutoffs when the default metric families are used."""
+    if args.ks is None and args.metrics is DEFAULT_METRICS:
+        return DEFAULT_KS
+    return args.ks
+
+
+def _inputs(paths: dict[str, Path]) -> dict:
+    from harness.fileio import file_digest
+
+    return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from harness.fileio import atomic_write_json
+    from harness.metrics import evaluate
+    from harness.runfile import read_qrels, read_run
+
+    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    result = evaluate(
+        qrels,
+        run,
+        args.metrics,
+        ks=_cutoffs(args),
+        relevance_level=args.relevance_level,
+        complete=args.complete,
+    )
+    width = max(len(name) for name in result.aggregate)
+    for name, value in result.aggregate.items():
+        print(f"{name:<{width}}  {value:.4f}")
+    print(_coverage_line(result))
+    if args.output:
+        payload = {
+            "inputs": _inputs({"qrels": args.qrels, "run": args.run}),
+            **result.to_json(args.per_query),
+        }
+        atomic_write_json(args.output, payload)
+        print(f"wrote {args.output}")
+    elif args.per_query:
+        for qid, values in result.per_query.items():
+            for name, value in values.items():
+                print(f"{qid}\t{name}\t{value:.4f}")
+    return 0
+
+
+def _preview(qids: list[str], limit: int = 5) -> str:
+    shown = ", ".join(qids[:limit])
+    return shown + (f", ... (+{len(qids) - limit})" if len(qids) > limit else "")
+
+
+def _coverage_line(result) -> str:
+    missing, unjudged = result.qrels_queries_without_results, result.run_queries_without_qrels
+    how = (
+        "scored as 0 (--complete)"
+        if result.settings["complete"]
+        else "not averaged (use --complete to count as 0)"
+    )
+    line = f"averaged over {result.n_queries} queries; {len(missing)} judged queries without results, {how}"
+    if missing:
+        line += f": {_preview(missing)}"
+    line += f"; {len(unjudged)} run queries without judgments skipped"
+    return line
+
+
+def _run_labels(paths: list[Path]) -> list[str]:
+    """Short names for the table (file name without extensions), or full paths if those collide."""
+    names = [path.name.removesuffix(".gz") for path in paths]
+    names = [
+        Path(name).stem if Path(name).suffix in (".trec", ".run", ".txt", ".tsv") else name for name in names
+    ]
+    return names if len(set(names)) == len(names) else [str(path) for path in paths]
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from harness.errors import HarnessError
+    from harness.fileio import atomic_write_json
+    from harness.runfile import read_qrels, read_run
+    from harness.significance import compare_runs
+
+    paths = [args.baseline, *args.others]
+    labels = _run_labels(paths)
+    if len(set(labels)) != len(labels):
+        raise HarnessError("the same run file is given twice")
+    qrels = read_qrels(args.qrels)
+    runs = {label: read_run(path) for label, path in zip(labels, paths, strict=True)}
+    result = compare_runs(
+        qrels,
+        runs,
+        args.metrics,
+        ks=_cutoffs(args),
+        test=args.test,
+        n_resamples=args.n_resamples,
+        seed=args.seed,
+        alpha=args.alpha,
+        correction=args.correction,
+        relevance_level=args.relevance_level,
+        complete=args.complete,
+    )
+    _print_comparison(result)
+    if args.output:
+        files = {
+            "qrels": args.qrels,
+            **{f"run:{label}": path for label, path in zip(labels, paths, strict=True)},
+        }
+        atomic_write_json(args.output, {"inputs": _inputs(files), **result})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _print_comparison(result: dict) -> None:
+    settings = result["settings"]
+    print(
+        f"A = {result['baseline']} (baseline); {result['n_queries']} paired queries; two-sided paired "
+        f"{settings['test']} test; {settings['correction']} correction over {settings['n_comparisons']} "
+        f"comparisons, alpha {settings['alpha']}; CI: {settings['confidence_interval']} "
+        f"({settings['n_resamples']} resamples, seed {settings['seed']})"
+    )
+    for label, info in result["runs"].items():
+        missing = info["missing_queries_scored_as_empty"]
+        if missing["count"]:
+            print(
+                f"  {label}: {missing['count']} paired queries without results, counted as 0: {_preview(missing['qids'])}"
+            )
+    ci_label = settings["confidence_interval"].split()[0] + " CI"
+    header = ["metric", "B", "A_mean", "B_mean", "Diff(A-B)", ci_label, "p", "p_adj", "sig"]
+    rows = [
+        [
+            row["metric"],
+            row["b"],
+            f"{row['mean_a']:.4f}",
+            f"{row['mean_b']:.4f}",
+            f"{row['diff']:+.4f}",
+            f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            f"{row['p_value']:.4f}",
+            f"{row['p_value_adjusted']:.4f}",
+            "yes" if row["significant"] else "no",
+        ]
+        for row in result["comparisons"]
+    ]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+    for line in [header, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())

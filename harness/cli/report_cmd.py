@@ -1,0 +1,196 @@
+"""``harness table``, ``harness report`` and ``harness reproduce``: from result folders to what a paper prints."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.paths import default_results_dir
+
+HEADLINE = ["ndcg@10", "recall@100"]
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results_dir",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
+    )
+    parser.add_argument(
+        "--metrics", nargs="+", default=HEADLINE, help="one table per metric (default: %(default)s)"
+    )
+    parser.add_argument("--datasets", nargs="+", help="rows to show, in this order (default: all, sorted)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        help="columns to show, in this order: names, aliases, slugs or checkpoint folders (default: all)",
+    )
+    parser.add_argument(
+        "--baseline", help="model every other column is tested against; marks significant differences"
+    )
+    parser.add_argument(
+        "--test", default="permutation", help="paired test: permutation (default), ttest or wilcoxon"
+    )
+    parser.add_argument(
+        "--alpha", type=_probability, default=0.05, help="significance level (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--correction",
+        default="holm",
+        help="multiple-comparison correction over each table's comparisons: holm (default), bonferroni or none",
+    )
+    parser.add_argument(
+        "--resamples", type=_positive_int, default=10_000, help="permutations / bootstrap resamples"
+    )
+    parser.add_argument("--seed", type=int, default=42, help="random seed of the test (default: %(default)s)")
+    parser.add_argument(
+        "--digits", type=_positive_int, default=4, help="decimals printed (default: %(default)s)"
+    )
+
+
+def _tableset(args: argparse.Namespace):
+    from harness.tables import SignificanceSettings, build_tables, collect_results
+
+    results_dir = args.results_dir or default_results_dir()
+    collection = collect_results(results_dir)
+    for path, reason in collection.skipped:
+        print(f"warning: skipped {path}: {reason}", file=sys.stderr)
+    settings = SignificanceSettings(
+        test=args.test,
+        alpha=args.alpha,
+        correction=args.correction,
+        n_resamples=args.resamples,
+        seed=args.seed,
+    )
+    tableset = build_tables(
+        collection,
+        args.metrics,
+        datasets=args.datasets,
+        models=args.models,
+        baseline=args.baseline,
+        significance=settings,
+        digits=args.digits,
+    )
+    return results_dir, tableset
+
+
+def run_table(args: argparse.Namespace) -> int:
+    from harness.fileio import atomic_write
+    from harness.tables import render
+
+    results_dir, tableset = _tableset(args)
+    if args.format == "png":
+        from harness.charts import write_charts
+
+        for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
+            print(path)
+        return 0
+    text = render(tableset, args.format)
+    if args.output:
+        with atomic_write(args.output) as handle:
+            handle.write(text)
+        print(args.output)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from harness.html_report import write_report
+
+    results_dir, tableset = _tableset(args)
+    output = args.output or Path(results_dir) / "report.html"
+    print(write_report(tableset, output, title=args.title, results_dir=Path(results_dir)))
+    return 0
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    from harness.cli.eval_cmd import options_from_args
+    from harness.reproduce import format_text, load_suite, run_suite, write_markdown
+
+    suite = load_suite(args.suite, args.references)
+    options = options_from_args(args)
+    report = run_suite(suite, options)
+    sys.stdout.write(format_text(report))
+    print(f"wrote {write_markdown(report, options.results_dir)}")
+    return report.exit_code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from harness.tables import FORMATS
+
+    table = subparsers.add_parser(
+        "table",
+        help="tables of results: datasets x models, averages, best marked, significance vs a baseline",
+        description="One table per metric: datasets as rows (plus the average over the datasets every model "
+        "has), models as columns, the best value per row in bold. With --baseline, a cell carries "
+        "an arrow when its per-query difference from the baseline is significant (paired test, "
+        "correction across the table). Results whose files are corrupt or whose data fingerprint "
+        "differs are reported on stderr and left out.",
+    )
+    _add_selection(table)
+    table.add_argument(
+        "--format",
+        choices=[*FORMATS, "png"],
+        default="md",
+        help="md (default), csv (one tidy line per cell), latex (booktabs), json, or png (bar charts)",
+    )
+    table.add_argument(
+        "--output",
+        type=Path,
+        help="write here instead of stdout (for png: the folder for the charts, default RESULTS_DIR/charts)",
+    )
+    table.set_defaults(func=run_table)
+
+    report = subparsers.add_parser(
+        "report",
+        help="one self-contained HTML page: tables, charts and every run's provenance",
+        description="Write a static HTML page (no external files, charts embedded) with the tables of "
+        "`harness table`, a bar chart per metric with per-query bootstrap error bars, and the "
+        "provenance of every run shown.",
+    )
+    _add_selection(report)
+    report.add_argument("--output", type=Path, help="HTML file to write (default: RESULTS_DIR/report.html)")
+    report.add_argument("--title", default="Retrieval benchmark report", help="page title")
+    report.set_defaults(func=run_report)
+
+    reproduce = subparsers.add_parser(
+        "reproduce",
+        help="run a suite of conditions and compare with published numbers (OK / MISS / SKIPPED)",
+        description="Load configs/suites/SUITE.yaml (or a suite file), run every model x dataset condition "
+        "that has no matching result yet (cached embeddings and results are reused), and print ours "
+        "vs published with the difference and OK / MISS per cell; the same table is written to "
+        "RESULTS_DIR/reproduce-SUITE.md. Exits 1 on any MISS (and on SKIPPED when the suite sets "
+        "fail_on_skip); a condition whose model or data cannot be obtained is SKIPPED with the reason.",
+    )
+    reproduce.add_argument("suite", help="suite name in configs/suites/ (e.g. offline-smoke) or a YAML file")
+    reproduce.add_argument(
+        "--references", type=Path, help="published numbers (default: configs/references.yaml)"
+    )
+    from harness.cli.eval_cmd import add_eval_arguments
+
+    add_eval_arguments(reproduce)
+    reproduce.set_defaults(func=run_reproduce)

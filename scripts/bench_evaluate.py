@@ -1,0 +1,177 @@
+"""Benchmark run evaluation: this harness vs plain pytrec_eval vs ranx on one large TREC run.
+
+Synthesises qrels and a run of 10,000 queries x 1,000 documents (scores rounded so ties are
+common), writes them as TREC files in a temporary folder, then evaluates nDCG@10, Recall@100,
+MAP and MRR@10 from the files with each tool in its own subprocess, so wall time (including
+imports and reading) and peak resident memory are per tool:
+
+- harness: ``read_qrels`` + ``read_run`` + ``harness.metrics.evaluate``
+- pytrec_eval: files read with the ``csv`` module into dicts, then ``RelevanceEvaluator``
+  (it has no MRR@10, so it computes full MRR, ``recip_rank``: the same amount of work)
+- ranx: ``Qrels.from_file`` / ``Run.from_file`` + ``ranx.evaluate`` (one untimed warm-up run
+  first, so numba's compilation is cached and not counted)
+
+Run by hand (not a test): ``.venv/bin/python scripts/bench_evaluate.py [--queries N --depth D --repeats R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+METRICS = ["ndcg@10", "recall@100", "map", "mrr@10"]
+TOOLS = ("harness", "pytrec_eval", "ranx")
+
+
+def synthesise(folder: Path, n_queries: int, depth: int, seed: int = 0) -> tuple[Path, Path]:
+    """TREC qrels (about 8 judgments per query, grades 0-2) and a run sorted in trec_eval order."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    corpus = 1_000_000
+    run_path, qrels_path = folder / "run.trec", folder / "qrels.trec"
+    with open(run_path, "w") as run_file, open(qrels_path, "w") as qrels_file:
+        for q in range(n_queries):
+            qid = f"q{q}"
+            docids = np.char.add("d", rng.choice(corpus, depth, replace=False).astype(str))
+            scores = np.round(rng.random(depth), 3)  # ~1,000 distinct values: many ties
+            order = np.lexsort((docids, scores))[::-1].tolist()  # score desc, then docid desc
+            names, values = docids.tolist(), scores.tolist()  # plain str/float: repr is the number
+            run_file.write(
+                "".join(
+                    f"{qid} Q0 {names[i]} {rank} {values[i]!r} bench\n" for rank, i in enumerate(order, 1)
+                )
+            )
+            retrieved = rng.choice(docids, 5, replace=False)
+            unretrieved = np.char.add("u", rng.choice(corpus, 3, replace=False).astype(str))
+            grades = rng.integers(0, 3, 8)
+            qrels_file.write(
+                "".join(
+                    f"{qid} 0 {docid} {grade}\n"
+                    for docid, grade in zip([*retrieved, *unretrieved], grades, strict=True)
+                )
+            )
+    return qrels_path, run_path
+
+
+def child(tool: str, qrels_path: str, run_path: str) -> None:
+    """Evaluate with one tool and print its metrics and peak memory as JSON."""
+    import resource
+
+    if tool == "harness":
+        from harness.metrics import evaluate
+        from harness.runfile import read_qrels, read_run
+
+        metrics = evaluate(read_qrels(qrels_path), read_run(run_path), METRICS).aggregate
+    elif tool == "pytrec_eval":
+        import csv
+
+        import pytrec_eval
+
+        qrels: dict[str, dict[str, int]] = {}
+        with open(qrels_path, newline="") as handle:
+            for qid, _, docid, rel in csv.reader(handle, delimiter=" "):
+                qrels.setdefault(qid, {})[docid] = int(rel)
+        run: dict[str, dict[str, float]] = {}
+        with open(run_path, newline="") as handle:
+            for qid, _, docid, _, score, _ in csv.reader(handle, delimiter=" "):
+                run.setdefault(qid, {})[docid] = float(score)
+        measures = {
+            "ndcg@10": "ndcg_cut_10",
+            "recall@100": "recall_100",
+            "map": "map",
+            "mrr@10": "recip_rank",
+        }
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "map", "recip_rank"})
+        per_query = evaluator.evaluate(run)
+        metrics = {
+            ours: pytrec_eval.compute_aggregated_measure(key, [values[key] for values in per_query.values()])
+            for ours, key in measures.items()
+        }
+    elif tool == "ranx":
+        from ranx import Qrels, Run, evaluate
+
+        scores = evaluate(
+            Qrels.from_file(qrels_path, kind="trec"), Run.from_file(run_path, kind="trec"), METRICS
+        )
+        metrics = {name: float(value) for name, value in scores.items()}
+    else:
+        raise SystemExit(f"unknown tool {tool}")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    print(json.dumps({"metrics": metrics, "peak_rss_mb": peak_mb}))
+
+
+def measure(tool: str, qrels_path: Path, run_path: Path) -> dict:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", tool, str(qrels_path), str(run_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{tool} failed:\n{done.stderr}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["seconds"] = seconds
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=10_000)
+    parser.add_argument("--depth", type=int, default=1_000)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure each tool this many times, interleaved; keep the fastest",
+    )
+    parser.add_argument("--child", nargs=3, metavar=("TOOL", "QRELS", "RUN"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+
+    with tempfile.TemporaryDirectory(prefix="bench_evaluate_") as tmp:
+        started = time.perf_counter()
+        qrels_path, run_path = synthesise(Path(tmp), args.queries, args.depth)
+        size_mb = run_path.stat().st_size / 1e6
+        print(
+            f"synthesised {args.queries:,} queries x {args.depth:,} docs ({size_mb:.0f} MB run file) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
+        measure("ranx", qrels_path, run_path)  # warm-up: numba compiles and caches its kernels
+        results: dict[str, dict] = {}
+        for _ in range(args.repeats):  # interleaved, so a busy spell on a shared machine hits every tool
+            for tool in TOOLS:
+                result = measure(tool, qrels_path, run_path)
+                if tool not in results or result["seconds"] < results[tool]["seconds"]:
+                    results[tool] = result
+
+    harness = results["harness"]
+    print(f"\n{'tool':<12} {'wall s':>8} {'peak RSS MB':>12} {'time / harness':>15} {'memory / harness':>17}")
+    for tool, result in results.items():
+        print(
+            f"{tool:<12} {result['seconds']:>8.1f} {result['peak_rss_mb']:>12.0f} "
+            f"{result['seconds'] / harness['seconds']:>15.2f} {result['peak_rss_mb'] / harness['peak_rss_mb']:>17.2f}"
+        )
+    print(f"\n{'metric':<12}" + "".join(f"{tool:>14}" for tool in TOOLS))
+    for metric in METRICS:
+        print(f"{metric:<12}" + "".join(f"{results[tool]['metrics'][metric]:>14.6f}" for tool in TOOLS))
+    print("(pytrec_eval's mrr@10 column is full MRR; ranx breaks score ties differently from trec_eval)")
+    fastest = min((tool for tool in TOOLS if tool != "harness"), key=lambda tool: results[tool]["seconds"])
+    ratio = harness["seconds"] / results[fastest]["seconds"]
+    verdict = "meets" if ratio <= 1 else "misses"
+    print(
+        f"\nharness takes {ratio:.2f}x the time of the fastest other tool ({fastest}): {verdict} the target"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Reading and writing TREC/BEIR qrels and runs, and the trec_eval tie rule."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytrec_eval
+
+from harness.errors import HarnessError, InputError
+from harness.runfile import read_qrels, read_run, sorted_ranking, top_k_ranking, write_run
+
+
+def _write(path: Path, text: str, newline: str = "\n") -> Path:
+    path.write_bytes(text.replace("\n", newline).encode("utf-8"))
+    return path
+
+
+def _random_run(seed: int, n_queries: int = 30, n_docs: int = 60) -> dict[str, dict[str, float]]:
+    """Runs with heavy ties and numeric docids, whose string order differs from numeric order."""
+    rng = random.Random(seed)
+    run = {}
+    for q in range(n_queries):
+        docs = rng.sample(range(1, 400), n_docs)
+        run[str(q * 7)] = {
+            str(d): rng.choice([0.5, 0.25, 1.0, rng.random(), -rng.random() * 1e-9]) for d in docs
+        }
+    return run
+
+
+# --- the tie rule -----------------------------------------------------------------------------------
+
+
+def test_sorted_ranking_breaks_ties_by_docid_descending_as_strings() -> None:
+    docs = {"2": 1.0, "10": 1.0, "9": 1.0, "1": 0.5, "100": 0.5, "3": 2.0}
+    # As strings "9" > "2" > "10"; numerically it would be 10 > 9 > 2.
+    assert [docid for docid, _ in sorted_ranking(docs)] == ["3", "9", "2", "10", "100", "1"]
+
+
+def test_sorted_ranking_is_pytrec_evals_order() -> None:
+    # Make one document relevant at a time: its reciprocal rank in pytrec_eval reveals its position.
+    docs = {"1": 0.5, "2": 0.5, "10": 0.5, "11": 0.7, "9": 0.5, "100": 0.7, "a": 0.5, "B": 0.5, "0.5": 0.1}
+    ours = [docid for docid, _ in sorted_ranking(docs)]
+    for docid in docs:
+        evaluator = pytrec_eval.RelevanceEvaluator({"q": {docid: 1}}, {"recip_rank"})
+        reciprocal = evaluator.evaluate({"q": docs})["q"]["recip_rank"]
+        assert ours.index(docid) + 1 == round(1 / reciprocal), docid
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_top_k_ranking_equals_the_head_of_the_full_sort(seed: int) -> None:
+    run = _random_run(seed)
+    for docs in run.values():
+        full = sorted_ranking(docs)
+        for k in (1, 2, 5, 10, 59, 60, 100):
+            assert top_k_ranking(docs, k) == full[:k]
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+
+def test_read_run_ignores_the_rank_column(tmp_path: Path) -> None:
+    path = _write(tmp_path / "run.trec", "q1 Q0 d1 7 0.5 tag\nq1 Q0 d2 1 0.9 tag\nq2 Q0 d1 1 -3 tag\n")
+    assert read_run(path) == {"q1": {"d1": 0.5, "d2": 0.9}, "q2": {"d1": -3.0}}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_write_then_read_gives_identical_numbers_and_trec_order(tmp_path: Path, seed: int) -> None:
+    run = _random_run(seed)
+    rng = np.random.default_rng(seed)
+    # Awkward floats: float32-derived values, subnormal-ish, huge, negative zero.
+    extra = [float(np.float32(x)) for x in rng.random(5)] + [5e-324, 1.7976931348623157e308, -0.0, 1 / 3]
+    run["extra"] = {f"x{i}": value for i, value in enumerate(extra)}
+    path = tmp_path / "run.trec"
+    write_run(path, run, tag="sys")
+    assert read_run(path) == run
+    lines = path.read_text().splitlines()
+    qids = [line.split()[0] for line in lines]
+    assert qids == sorted(qids)
+    for qid, docs in run.items():
+        rows = [line.split() for line in lines if line.split()[0] == qid]
+        assert [row[2] for row in rows] == [docid for docid, _ in sorted_ranking(docs)]
+        assert [int(row[3]) for row in rows] == list(range(1, len(docs) + 1))
+        assert all(row[1] == "Q0" and row[5] == "sys" for row in rows)
+
+
+def test_write_run_top_k_keeps_the_best_documents(tmp_path: Path) -> None:
+    run = _random_run(7)
+    write_run(tmp_path / "run.trec", run, tag="t", top_k=5)
+    back = read_run(tmp_path / "run.trec")
+    assert back == {qid: dict(sorted_ranking(docs)[:5]) for qid, docs in run.items()}
+
+
+def test_write_run_rejects_whitespace_in_ids(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="document id"):
+        write_run(tmp_path / "run.trec", {"q": {"d 1": 1.0}}, tag="t")
+    with pytest.raises(HarnessError, match="tag"):
+        write_run(tmp_path / "run.trec", {"q": {"d": 1.0}}, tag="my tag")
+    assert not (tmp_path / "run.trec").exists()  # atomic: nothing half-written
+
+
+def test_any_whitespace_gz_crlf_and_bom_read_the_same(tmp_path: Path) -> None:
+    run = _random_run(3)
+    single = tmp_path / "single.trec"
+    write_run(single, run, tag="t")
+    text = single.read_text()
+    expected = read_run(single)
+    assert expected == run
+    messy = "\ufeff" + "".join(
+        "  " + "\t".join(line.split()[:3]) + "   " + " \t".join(line.split()[3:]) + " \n"
+        for line in text.splitlines()
+    )
+    _write(tmp_path / "messy.trec", messy, newline="\r\n")
+    assert read_run(tmp_path / "messy.trec") == expected
+    with gzip.open(tmp_path / "run.trec.gz", "wt", encoding="utf-8") as handle:
+        handle.write(text)
+    assert read_run(tmp_path / "run.trec.gz") == expected
+
+
+def test_queries_need_not_be_contiguous(tmp_path: Path) -> None:
+    path = _write(tmp_path / "run.trec", "b Q0 1 1 1 t\na Q0 1 1 2 t\nb Q0 2 2 3 t\na Q0 3 2 4 t\n")
+    assert read_run(path) == {"a": {"1": 2.0, "3": 4.0}, "b": {"1": 1.0, "2": 3.0}}
+
+
+def test_ids_that_look_like_numbers_or_null_stay_strings(tmp_path: Path) -> None:
+    path = _write(tmp_path / "run.trec", "001 Q0 NA 1 1.5 t\n001 Q0 null 2 1 t\n2 Q0 0.10 1 0 t\n")
+    assert read_run(path) == {"001": {"NA": 1.5, "null": 1.0}, "2": {"0.10": 0.0}}
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "problem"),
+    [
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4\n", 2, "found 5 columns"),
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4 t extra\n", 2, "found 7 columns"),
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 high t\n", 2, "score 'high' is not a number"),
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 nan t\n", 2, "score is NaN"),
+        (
+            "q1 Q0 d1 1 0.5 t\nq2 Q0 d1 1 0.5 t\nq1 Q0 d1 2 0.4 t\n",
+            3,
+            "duplicate document 'd1' for query 'q1'",
+        ),
+        ("q1 Q0 d\u00a01 1 0.5 t\n", 1, "found 7 columns"),  # a non-breaking space splits a field
+    ],
+)
+def test_bad_run_lines_are_located(tmp_path: Path, content: str, line: int, problem: str) -> None:
+    path = _write(tmp_path / "bad.trec", content)
+    with pytest.raises(InputError) as caught:
+        read_run(path)
+    assert str(caught.value).startswith(f"{path}:{line}: {problem}")
+
+
+def test_empty_run_file_is_an_error(tmp_path: Path) -> None:
+    for content in ("", "\n\n"):
+        path = _write(tmp_path / "empty.trec", content)
+        with pytest.raises(InputError, match=rf"^{path}:\d+: no run lines \(empty file\)"):
+            read_run(path)
+
+
+def test_missing_and_corrupt_files(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="run file not found"):
+        read_run(tmp_path / "nope.trec")
+    (tmp_path / "broken.trec.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(HarnessError, match="cannot read"):
+        read_run(tmp_path / "broken.trec.gz")
+    (tmp_path / "latin1.trec").write_bytes("q1 Q0 d1 1 0.5 t\nq1 Q0 caf\xe9 2 0.4 t\n".encode("latin-1"))
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_run(tmp_path / "latin1.trec")
+
+
+# --- qrels ---------------------------------------------------------------------------------------------
+
+
+def test_read_qrels_trec_and_beir_formats(tmp_path: Path) -> None:
+    trec = _write(tmp_path / "qrels.trec", "q1 0 d1 1\nq1 0 d2 0\nq2\t0  d1 2\n\n")
+    beir = _write(
+        tmp_path / "qrels.tsv", "\ufeffquery-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2\td1\t2\n", "\r\n"
+    )
+    expected = {"q1": {"d1": 1, "d2": 0}, "q2": {"d1": 2}}
+    assert read_qrels(trec) == expected
+    assert read_qrels(beir) == expected
+    with gzip.open(tmp_path / "qrels.tsv.gz", "wb") as handle:
+        handle.write(beir.read_bytes())
+    assert read_qrels(tmp_path / "qrels.tsv.gz") == expected
+    assert read_qrels(_write(tmp_path / "neg.trec", "q 0 d -1\n")) == {"q": {"d": -1}}
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "problem"),
+    [
+        ("q1 0 d1 1\nq1 0 d2\n", 2, "found 3 columns, earlier lines have 4"),
+        ("q1 0 d1 1 x\n", 1, "found 5 columns"),
+        ("q1 0 d1 1\nq1 0 d2 yes\n", 2, "relevance 'yes' is not an integer"),
+        ("q1 0 d1 1\nq1 0 d2 0.5\n", 2, "relevance '0.5' is not an integer"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t1\n", 3, "duplicate judgment"),
+        ("", 1, "no judgments"),
+    ],
+)
+def test_bad_qrels_lines_are_located(tmp_path: Path, content: str, line: int, problem: str) -> None:
+    path = _write(tmp_path / "bad.qrels", content)
+    with pytest.raises(InputError) as caught:
+        read_qrels(path)
+    assert str(caught.value).startswith(f"{path}:{line}: {problem}")
+
+
+def test_real_beir_qrels(beir_mirror: Path) -> None:
+    scifact = read_qrels(beir_mirror / "scifact" / "qrels" / "test.tsv")
+    assert len(scifact) == 300
+    assert sum(len(judged) for judged in scifact.values()) == 339
+    assert scifact["1"] == {"31715818": 1}
+    nfcorpus = read_qrels(beir_mirror / "nfcorpus" / "qrels" / "test.tsv")
+    assert sum(len(judged) for judged in nfcorpus.values()) == 12334
+    assert {rel for judged in nfcorpus.values() for rel in judged.values()} == {1, 2}
+    assert nfcorpus["PLAIN-2"]["MED-2427"] == 2
+
+
+def test_single_space_runs_take_the_columnar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.runfile as runfile
+
+    run = _random_run(11)
+    write_run(tmp_path / "run.trec", run, tag="t")
+
+    def refuse(path: Path) -> None:
+        raise AssertionError("the line-by-line reader should not be needed")
+
+    monkeypatch.setattr(runfile, "_read_run_careful", refuse)
+    assert read_run(tmp_path / "run.trec") == run
+    _write(tmp_path / "tabs.trec", "q\tQ0\td\t1\t0.5\tt\n")
+    with pytest.raises(AssertionError, match="should not be needed"):
+        read_run(tmp_path / "tabs.trec")
+
+
+def test_fast_reader_knows_every_character_str_split_splits_on() -> None:
+    from harness.runfile import _WHITESPACE
+
+    assert set(_WHITESPACE) == {code for code in range(0x110000) if chr(code).isspace()}
+
+
+def test_queries_spanning_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.runfile as runfile
+
+    run = _random_run(12)
+    write_run(tmp_path / "run.trec", run, tag="t")
+    lines = (tmp_path / "run.trec").read_text().splitlines(keepends=True)
+    random.Random(0).shuffle(lines)  # queries interleaved all over the file
+    (tmp_path / "shuffled.trec").write_text("".join(lines))
+    monkeypatch.setattr(runfile, "_BLOCK_BYTES", 300)  # a few lines per batch
+    monkeypatch.setattr(runfile, "_read_run_careful", None)  # must not be needed
+    assert read_run(tmp_path / "run.trec") == run
+    assert read_run(tmp_path / "shuffled.trec") == run
