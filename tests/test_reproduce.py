@@ -254,8 +254,18 @@ def test_shipped_suites_load():
 @pytest.mark.slow
 def test_offline_smoke_passes_end_to_end(e2e_env, e2e_workdir):
     """What `make reproduce SUITE=offline-smoke` runs in CI: real model, real scifact, published numbers."""
+    command = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(REPO_ROOT),
+        "reproduce",
+        "SUITE=offline-smoke",
+        f"RESULTS={e2e_env['HARNESS_RESULTS_DIR']}",
+        "ARGS=--no-progress",
+    ]
     completed = subprocess.run(
-        [str(REPO_ROOT / ".venv" / "bin" / "harness"), "reproduce", "offline-smoke", "--no-progress"],
+        command,
         cwd=REPO_ROOT,
         env=e2e_env,
         capture_output=True,
