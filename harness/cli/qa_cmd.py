@@ -100,7 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: %(default)s)",
     )
     compare.add_argument(
+        "--n-resamples",
         "--resamples",
+        dest="resamples",
         type=int,
         default=10000,
         help="sign-flip permutations and bootstrap resamples of the CI (default: %(default)s)",
@@ -228,7 +230,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
     if args.resamples < 1:
-        raise HarnessError(f"--resamples must be at least 1, got {args.resamples}")
+        raise HarnessError(f"--n-resamples must be at least 1, got {args.resamples}")
     if not 0 < args.alpha < 1:
         raise HarnessError(f"--alpha must be between 0 and 1, got {args.alpha}")
     file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)

@@ -63,7 +63,12 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         help="multiple-comparison correction over each table's comparisons: holm (default), bonferroni or none",
     )
     parser.add_argument(
-        "--resamples", type=_positive_int, default=10_000, help="permutations / bootstrap resamples"
+        "--n-resamples",
+        "--resamples",
+        dest="resamples",
+        type=_positive_int,
+        default=10_000,
+        help="permutations / bootstrap resamples",
     )
     parser.add_argument("--seed", type=int, default=42, help="random seed of the test (default: %(default)s)")
     parser.add_argument(
