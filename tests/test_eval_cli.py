@@ -63,9 +63,9 @@ def test_index_spec_faiss_rejects(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.parametrize("top_k", ["0", "-5"])
 def test_top_k_must_be_positive(tmp_path: Path, capsys, top_k: str) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(_eval(tmp_path, "--dataset", "scifact", "--model", "bm25", "--top-k", top_k))
-    _assert_one_line_error(capsys, info.value.code, "--top-k", top_k)
+    code = main(_eval(tmp_path, "--dataset", "scifact", "--model", "bm25", "--top-k", top_k))
+    line = _assert_one_line_error(capsys, code, "--top-k", top_k)
+    assert line.startswith("error: harness eval:") and "usage" not in line
     assert not (tmp_path / "results").exists()
 
 

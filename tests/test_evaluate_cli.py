@@ -240,8 +240,9 @@ def test_compare_three_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
 
 def test_compare_needs_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     qrels_path, run_path, _, _ = _collection(tmp_path)
-    with pytest.raises(SystemExit):
-        main(["compare", str(qrels_path), str(run_path)])
+    assert main(["compare", str(qrels_path), str(run_path)]) == 2
+    missing = capsys.readouterr().err.strip()
+    assert missing.startswith("error: harness compare:") and "\n" not in missing
     assert main(["compare", str(qrels_path), str(run_path), str(run_path)]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "error: the same run file is given twice"
 

@@ -304,8 +304,8 @@ def test_two_results_on_different_unpinned_data_are_both_left_out(beir_mirror, t
         (["--baseline", "no-such-model"], "no results for model 'no-such-model'"),
         (["--metrics", "map@7"], "metric(s) map@7 not in any result"),
         (["--datasets", "fiqa"], "no results for dataset(s) fiqa"),
-        (["--baseline", "base-model", "--test", "magic"], "unknown test 'magic'"),
-        (["--baseline", "base-model", "--correction", "fdr"], "unknown correction 'fdr'"),
+        (["--baseline", "base-model", "--test", "magic"], "invalid choice: 'magic'"),
+        (["--baseline", "base-model", "--correction", "fdr"], "invalid choice: 'fdr'"),
     ],
 )
 def test_bad_options_fail_with_one_line(results_dir, capsys, args, message):

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from harness import __version__
 from harness.errors import HarnessError
@@ -20,6 +21,7 @@ from harness.errors import HarnessError
 COMMAND_MODULES: list[str] = [
     "harness.cli.data_cmd",
     "harness.cli.eval_cmd",
+    "harness.cli.encode_cmd",
     "harness.cli.evaluate_cmd",
     "harness.cli.qa_cmd",
     "harness.cli.cache_cmd",
@@ -27,8 +29,19 @@ COMMAND_MODULES: list[str] = [
 ]
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Wrong options get one ``error:`` line naming the command and pointing at its ``--help``.
+
+    Sub-command parsers are created with the parent's class, so every command behaves the same.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="harness",
         description="Benchmark retrievers on BEIR: data, encoding, FAISS search, trec_eval-exact metrics, "
         "significance tests and reports.",
@@ -43,7 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # --help, --version, or a wrong option already reported
+        return exit_request.code if isinstance(exit_request.code, int) else 2
     # Libraries (faiss, transformers) log chatter at INFO; show theirs from WARNING, ours from INFO.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("harness").setLevel(logging.DEBUG if args.verbose else logging.INFO)

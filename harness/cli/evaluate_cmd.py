@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli.common import add_significance_arguments
+
 DEFAULT_METRICS = ["ndcg", "map", "recall", "p", "mrr"]
 DEFAULT_KS = [1, 3, 5, 10, 100, 1000]
 COMPARE_METRICS = ["ndcg@10", "map", "recall@100", "mrr@10"]
@@ -87,31 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "others", type=Path, nargs="+", metavar="RUN_B", help="runs compared with RUN_A"
     )
     _add_common(compare_parser, COMPARE_METRICS)
-    compare_parser.add_argument(
-        "--test",
-        choices=["permutation", "ttest", "wilcoxon"],
-        default="permutation",
-        help="paired two-sided test: sign-flip permutation, Student's t, or Wilcoxon signed-rank (default: %(default)s)",
-    )
-    compare_parser.add_argument(
-        "--n-resamples",
-        type=int,
-        default=10000,
-        metavar="N",
-        help="permutations and bootstrap resamples (default: %(default)s)",
-    )
-    compare_parser.add_argument(
-        "--seed", type=int, default=42, help="random seed; same seed, same p-values (default: %(default)s)"
-    )
-    compare_parser.add_argument(
-        "--alpha", type=float, default=0.05, help="significance level (default: %(default)s)"
-    )
-    compare_parser.add_argument(
-        "--correction",
-        choices=["holm", "bonferroni", "none"],
-        default="holm",
-        help="multiple-comparison correction over all comparisons (default: %(default)s)",
-    )
+    add_significance_arguments(compare_parser, correction_scope="all metric x run comparisons")
     compare_parser.set_defaults(func=run_compare)
 
 

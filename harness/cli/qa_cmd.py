@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.common import add_significance_arguments
 from harness.errors import HarnessError
 from harness.fileio import atomic_write_json, file_digest
 from harness.qa_data import QAFile, read_predictions
@@ -14,10 +15,6 @@ from harness.qa_metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QASco
 
 # qa-compare's default: the headline answer-matching scores; ``--metrics all`` tests every per-question score.
 DEFAULT_COMPARE_METRICS = ("em", "acc", "f1")
-# The evaluation toolkit's choices (harness.significance.TESTS / CORRECTIONS), listed here so that
-# ``--help`` needs no numpy import; tests check the two agree.
-PAIRED_TESTS = ("permutation", "ttest", "wilcoxon")
-CORRECTIONS = ("holm", "bonferroni", "none")
 # How many ids a report lists by name (only in one file, gold differs); the counts are always complete.
 MAX_LISTED_IDS = 10
 _EXAMPLE_LINE = (
@@ -92,33 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=f"{_METRICS_HELP} (default: {','.join(DEFAULT_COMPARE_METRICS)})",
     )
-    compare.add_argument(
-        "--test",
-        choices=PAIRED_TESTS,
-        default="permutation",
-        help="two-sided paired permutation (randomisation) test, paired t-test or Wilcoxon signed-rank test "
-        "(default: %(default)s)",
-    )
-    compare.add_argument(
-        "--n-resamples",
-        "--resamples",
-        dest="resamples",
-        type=int,
-        default=10000,
-        help="sign-flip permutations and bootstrap resamples of the CI (default: %(default)s)",
-    )
-    compare.add_argument("--seed", type=int, default=42, help="random seed (default: %(default)s)")
-    compare.add_argument(
-        "--correction",
-        choices=CORRECTIONS,
-        default="holm",
-        help="family-wise adjustment of the p-values across the metrics tested (default: %(default)s)",
-    )
-    compare.add_argument(
-        "--alpha",
-        type=float,
-        default=0.05,
-        help="significance level; the CI is at 1 - alpha, not adjusted (default: %(default)s)",
+    add_significance_arguments(
+        compare, correction_scope="the metrics tested; the CI is at 1 - alpha, unadjusted"
     )
     compare.add_argument("--output", type=Path, default=None, help="write the comparison to this JSON file")
     compare.set_defaults(func=run_compare)
@@ -229,8 +201,6 @@ def run_compare(args: argparse.Namespace) -> int:
     from harness.significance import adjust_pvalues, paired_test
 
     keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
-    if args.resamples < 1:
-        raise HarnessError(f"--n-resamples must be at least 1, got {args.resamples}")
     if not 0 < args.alpha < 1:
         raise HarnessError(f"--alpha must be between 0 and 1, got {args.alpha}")
     file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)
@@ -263,7 +233,7 @@ def run_compare(args: argparse.Namespace) -> int:
             np.array([scores_a[qid][key] for qid in shared]),
             np.array([scores_b[qid][key] for qid in shared]),
             test=args.test,
-            n_resamples=args.resamples,
+            n_resamples=args.n_resamples,
             seed=args.seed,
             confidence=1 - args.alpha,
         )
@@ -291,7 +261,7 @@ def run_compare(args: argparse.Namespace) -> int:
         "only_in_b": _id_list(only_b),
         "gold_differs": _id_list(gold_differs),
         "test": args.test,
-        "resamples": args.resamples,
+        "resamples": args.n_resamples,
         "seed": args.seed,
         "correction": args.correction,
         "alpha": args.alpha,
@@ -305,7 +275,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     print(f"A: {file_a.path}  B: {file_b.path}")
     print(f"paired questions: {len(shared)}; only in A: {len(only_a)}; only in B: {len(only_b)}")
-    print(f"test: {args.test}, {args.resamples} resamples, seed {args.seed}; p adjusted: {args.correction}")
+    print(f"test: {args.test}, {args.n_resamples} resamples, seed {args.seed}; p adjusted: {args.correction}")
     header = ["metric", "A", "B", "A-B", f"{1 - args.alpha:.0%} CI", "p", f"p ({args.correction})", ""]
     rows = [header]
     for key, row in results.items():

@@ -6,29 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.cli.common import add_significance_arguments, positive_int
 from harness.paths import default_results_dir
 
 HEADLINE = ["ndcg@10", "recall@100"]
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:
@@ -51,28 +32,9 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline", help="model every other column is tested against; marks significant differences"
     )
+    add_significance_arguments(parser, correction_scope="each table's comparisons")
     parser.add_argument(
-        "--test", default="permutation", help="paired test: permutation (default), ttest or wilcoxon"
-    )
-    parser.add_argument(
-        "--alpha", type=_probability, default=0.05, help="significance level (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--correction",
-        default="holm",
-        help="multiple-comparison correction over each table's comparisons: holm (default), bonferroni or none",
-    )
-    parser.add_argument(
-        "--n-resamples",
-        "--resamples",
-        dest="resamples",
-        type=_positive_int,
-        default=10_000,
-        help="permutations / bootstrap resamples",
-    )
-    parser.add_argument("--seed", type=int, default=42, help="random seed of the test (default: %(default)s)")
-    parser.add_argument(
-        "--digits", type=_positive_int, default=4, help="decimals printed (default: %(default)s)"
+        "--digits", type=positive_int, default=4, help="decimals printed (default: %(default)s)"
     )
 
 
@@ -87,7 +49,7 @@ def _tableset(args: argparse.Namespace):
         test=args.test,
         alpha=args.alpha,
         correction=args.correction,
-        n_resamples=args.resamples,
+        n_resamples=args.n_resamples,
         seed=args.seed,
     )
     tableset = build_tables(
