@@ -16,7 +16,8 @@ from typing import Any
 from harness import __version__
 from harness.fileio import atomic_write
 from harness.results import StoredResult
-from harness.tables import BETTER, Cell, MetricTable, TableSet, legend, pretty_metric
+from harness.table_formats import legend
+from harness.tables import BETTER, Cell, MetricTable, TableSet, pretty_metric
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;

@@ -66,7 +66,7 @@ def _tableset(args: argparse.Namespace):
 
 def run_table(args: argparse.Namespace) -> int:
     from harness.fileio import atomic_write
-    from harness.tables import render
+    from harness.table_formats import render
 
     results_dir, tableset = _tableset(args)
     if args.format == "png":
@@ -107,7 +107,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from harness.tables import FORMATS
+    from harness.table_formats import FORMATS
 
     table = subparsers.add_parser(
         "table",
