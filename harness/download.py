@@ -28,11 +28,10 @@ from harness.data import (
     QUERIES_FILE,
     SOURCE_FILE,
     DatasetRecord,
-    check_pins,
-    verify_dataset,
 )
 from harness.errors import HarnessError
 from harness.fileio import atomic_write_json
+from harness.verify import check_pins, verify_dataset
 
 log = logging.getLogger(__name__)
 

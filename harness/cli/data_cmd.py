@@ -6,16 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.data import (
-    VerifyResult,
-    dataset_registry,
-    expand_dataset_names,
-    get_dataset_record,
-    installed_source,
-    verify_dataset,
-)
+from harness.data import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.errors import HarnessError
 from harness.paths import default_data_dir
+from harness.verify import VerifyResult, installed_source, verify_dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
