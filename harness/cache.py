@@ -110,19 +110,16 @@ def encode_corpus_shards(
 ) -> list[dict[str, Any]]:
     """Encode the given shards of ``dataset``'s corpus into ``directory``; the unit of work for any worker.
 
-    Streams the corpus once, in file order, stopping after the last wanted shard; shards not asked
-    for are skipped without encoding. Returns each written shard's metadata (without the ids).
+    Shards 0..n in a row are streamed in file order; a worker given later or scattered shards seeks
+    straight to each one (``dataset.shard_starts``) instead of reading every earlier document.
+    Returns each written shard's metadata (without the ids).
     """
     wanted = set(shard_indices)
     if not wanted:
         return []
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    documents = iter(dataset.iter_documents())
-    for index in range(max(wanted) + 1):
-        docs = list(itertools.islice(documents, shard_size))
-        if index not in wanted:
-            continue
+    for index, docs in _shard_documents(dataset, sorted(wanted), shard_size):
         if not docs:
             raise HarnessError(
                 f"corpus of {dataset.name} ended before shard {index}; it changed while encoding"
@@ -135,6 +132,23 @@ def encode_corpus_shards(
         if on_shard is not None:
             on_shard(meta)
     return written
+
+
+def _shard_documents(dataset, wanted: list[int], shard_size: int) -> Iterator[tuple[int, list]]:
+    """``(index, documents)`` of each wanted shard (sorted), seeking when shards are skipped."""
+    starts = None
+    if wanted != list(range(len(wanted))) and hasattr(dataset, "shard_starts"):
+        starts = dataset.shard_starts(shard_size)  # None for gzip: stream instead
+    if starts is not None:
+        for index in wanted:
+            documents = dataset.iter_documents(starts[index]) if index < len(starts) else iter(())
+            yield index, list(itertools.islice(documents, shard_size))
+        return
+    documents, chosen = iter(dataset.iter_documents()), set(wanted)
+    for index in range(wanted[-1] + 1):
+        docs = list(itertools.islice(documents, shard_size))
+        if index in chosen:
+            yield index, docs
 
 
 class ShardedEmbeddings:
@@ -223,12 +237,26 @@ class EmbeddingCache:
     def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
         return self.entries_dir / f"{_safe(dataset.name)}__{encoder.model.slug}__{kind}__{key[:16]}"
 
+    def corpus_directory(self, dataset, encoder, shard_size: int = 50_000) -> Path:
+        """The folder that holds (or will hold) this corpus entry's shards; nothing is read or written."""
+        return self._entry_dir(dataset, encoder, "corpus", self.corpus_key(dataset, encoder, shard_size))
+
     # ---- corpus -----------------------------------------------------------------------------
 
     def corpus(
-        self, dataset, encoder, *, shard_size: int = 50_000, progress: bool = True
+        self,
+        dataset,
+        encoder,
+        *,
+        shard_size: int = 50_000,
+        progress: bool = True,
+        encode_shards: Callable[..., Any] = encode_corpus_shards,
     ) -> ShardedEmbeddings:
-        """The corpus embeddings, encoding only the shards not already on disk."""
+        """The corpus embeddings, encoding only the shards not already on disk.
+
+        ``encode_shards`` does the encoding; it takes ``encode_corpus_shards``'s arguments, so a pool
+        of processes or Ray actors (``harness.parallel``, ``harness.ray_executor``) can stand in.
+        """
         if shard_size <= 0:
             raise HarnessError(f"shard size must be positive, not {shard_size}")
         inputs = self.corpus_key_inputs(dataset, encoder, shard_size)
@@ -263,7 +291,9 @@ class EmbeddingCache:
         done = finished_shards(directory, num_shards)
         missing = [index for index in range(num_shards) if index not in done]
         if missing:
-            self._encode_missing(dataset, encoder, directory, manifest, missing, shard_size, progress)
+            self._encode_missing(
+                dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
+            )
         else:
             log.info(
                 "corpus embeddings of %s for %s found in cache (%s)",
@@ -273,7 +303,9 @@ class EmbeddingCache:
             )
         return ShardedEmbeddings(directory, self._finish_manifest(directory, manifest))
 
-    def _encode_missing(self, dataset, encoder, directory, manifest, missing, shard_size, progress) -> None:
+    def _encode_missing(
+        self, dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
+    ) -> None:
         from tqdm.auto import tqdm
 
         num_docs, num_shards = manifest["num_docs"], manifest["num_shards"]
@@ -304,7 +336,7 @@ class EmbeddingCache:
             disable=not progress,
             dynamic_ncols=True,
         ) as bar:
-            encode_corpus_shards(
+            encode_shards(
                 dataset, encoder, directory, missing, shard_size, progress=bar, on_shard=record_shard
             )
 

@@ -40,6 +40,9 @@ BACKENDS = (*DENSE_BACKENDS, "bm25")
 POOLINGS = ("mean", "cls", "last")
 SIMILARITIES = ("dot", "cosine")
 DTYPES = ("float32", "float16", "bfloat16")
+# How the forward pass runs (``--backend``) and in what precision (``--precision``); see harness.encode.
+RUNTIMES = ("torch", "onnx", "exact")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 # Files that hold weights. Trainer checkpoints also carry optimizer.pt, scheduler.pt and
 # training_args.bin, which must not count as (or change the hash of) the model.
@@ -88,12 +91,16 @@ class ModelRecord:
     weights_package: str | None = None
     trust_remote_code: bool = False
     params: dict = field(default_factory=dict)
+    runtime: str | None = None  # default --backend for this model (None: the harness default, exact)
+    precision: str | None = None  # default --precision (None: fp32)
 
     def vector_settings(self) -> dict[str, Any]:
         """Every record setting that changes a stored vector (part of the cache key and the provenance).
 
         ``similarity`` is left out on purpose: it changes how vectors are compared, not the vectors.
+        ``runtime``/``precision`` appear only when the record sets them, so older keys stay valid.
         """
+        defaults = {key: getattr(self, key) for key in ("runtime", "precision") if getattr(self, key)}
         return {
             "backend": self.backend,
             "pooling": self.pooling,
@@ -104,6 +111,7 @@ class ModelRecord:
             "title_join": self.title_join,
             "dtype": self.dtype,
             "params": dict(self.params),
+            **defaults,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,6 +205,10 @@ def _check_record(record: ModelRecord, path: Path) -> None:
         raise bad("revision must be a commit hash string or null", "quote it in YAML")
     if not isinstance(record.trust_remote_code, bool):
         raise bad("trust_remote_code must be true or false")
+    if record.runtime is not None and record.runtime not in RUNTIMES:
+        raise bad(f"runtime {record.runtime!r} is not one of {', '.join(RUNTIMES)}")
+    if record.precision is not None and record.precision not in PRECISIONS:
+        raise bad(f"precision {record.precision!r} is not one of {', '.join(PRECISIONS)}")
 
 
 def model_registry(directory: str | Path | None = None) -> dict[str, ModelRecord]:

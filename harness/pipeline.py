@@ -185,7 +185,11 @@ def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical:
 
     with timer.stage("load_model"):
         encoder = Encoder(
-            model, device=options.device, batch_size=options.batch_size, **options.encoder_options
+            model,
+            device=options.device,
+            batch_size=options.batch_size,
+            cache_dir=options.cache_dir,
+            **options.encoder_options,
         )
         plan = encoding_plan_for(model, encoder, options)
     cache = EmbeddingCache(options.cache_dir)
@@ -212,6 +216,7 @@ def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical:
     details = {
         "device": encoder.device,
         "encoder_settings": encoder.settings(),
+        "encoder": encoder.describe(),
         "embedding_cache": {"corpus_key": corpus.key, "directory": str(corpus.directory), "dim": corpus.dim},
         "encoding": plan.describe(),
     }

@@ -2,7 +2,7 @@
 
 Exact search (the default, ``Flat``) walks the shards one at a time and keeps a running per-query
 top-k, so peak memory depends on the shard size and k, not on the corpus size. Approximate indexes
-(any other FAISS factory string, e.g. ``HNSW32`` or ``IVF1024,PQ48``) are trained on a sample, filled
+(any other FAISS factory string, e.g. ``HNSW32`` or ``IVF1024,PQ48np``) are trained on a sample, filled
 shard by shard, saved beside the embeddings and reused.
 """
 
@@ -80,7 +80,7 @@ def parse_index_spec(spec: str, dim: int = 64) -> IndexSpec:
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[-1] if str(error).strip() else "rejected"
         raise HarnessError(
-            f"FAISS rejects index spec {spec!r}: {first_line} (examples: Flat, HNSW32, IVF1024,PQ48,nprobe=32)"
+            f"FAISS rejects index spec {spec!r}: {first_line} (examples: Flat, HNSW32, IVF1024,PQ48np,nprobe=32)"
         ) from None
     return IndexSpec(factory=factory, nprobe=params.get("nprobe"), ef_search=params.get("efSearch"))
 
@@ -121,34 +121,36 @@ def search_exact(
     k = min(top_k, embeddings.num_docs)
     # ResultHeap keeps the best k (largest inner product) per query across shard results.
     heap = faiss.ResultHeap(n_queries, k, keep_max=True)
-    shard_ids: list[list[str]] = []
     offset = 0
+    on_gpu = _gpu_count() > 0
     for ids, vectors in embeddings.shards():
-        index = _flat_index(embeddings.dim)
-        index.add(_prepare(vectors, normalize))
+        shard = _prepare(vectors, normalize)
         # FAISS blocks the query x shard product internally, so one call per shard stays bounded.
-        scores, positions = index.search(queries, min(k, len(ids)))
+        if on_gpu:
+            index = _flat_index(embeddings.dim)
+            index.add(shard)
+            scores, positions = index.search(queries, min(k, len(ids)))
+            del index
+        else:
+            # No index on CPU: FAISS reads the memory-mapped shard in place instead of copying it.
+            scores, positions = faiss.knn(queries, shard, min(k, len(ids)), metric=faiss.METRIC_INNER_PRODUCT)
         heap.add_result(scores, np.where(positions >= 0, positions + offset, -1).astype(np.int64))
-        shard_ids.append(ids)
         offset += len(ids)
-        del index
     heap.finalize()
-    return heap.D, _positions_to_ids(heap.I, shard_ids)
+    return heap.D, _positions_to_ids(heap.I, embeddings)
 
 
-def _positions_to_ids(positions: np.ndarray, shard_ids: list[list[str]]) -> list[list[str]]:
-    starts = np.cumsum([0] + [len(ids) for ids in shard_ids])
-    result: list[list[str]] = []
-    for row in positions:
-        names = []
-        for position in row:
-            if position < 0:
-                names.append("")
-                continue
-            shard = int(np.searchsorted(starts, position, side="right") - 1)
-            names.append(shard_ids[shard][position - starts[shard]])
-        result.append(names)
-    return result
+def _positions_to_ids(positions: np.ndarray, embeddings: ShardSource) -> list[list[str]]:
+    """Doc ids of corpus positions (-1 -> ""), reading the shards' ids again rather than keeping every
+    id of the corpus in memory while searching: only the ids of the hits are kept."""
+    names = np.full(positions.shape, "", dtype=object)
+    start = 0
+    for ids, _ in embeddings.shards():
+        inside = (positions >= start) & (positions < start + len(ids))
+        if inside.any():
+            names[inside] = np.asarray(ids, dtype=object)[positions[inside] - start]
+        start += len(ids)
+    return names.tolist()
 
 
 def _training_sample(embeddings: ShardSource, size: int, normalize: bool, seed: int = 0) -> np.ndarray:

@@ -4,12 +4,15 @@ Lines printed (each measured in its own subprocess so peak memory is per line):
 
 - ``floor``: bare sentence-transformers ``encode`` of the corpus and the queries (no search, no metrics);
 - ``beir``: the reference beir pipeline (DenseRetrievalExactSearch + models.SentenceBERT + EvaluateRetrieval);
-- ``harness-first``: ``harness eval`` with an empty cache and results folder;
+- ``harness-first``: ``harness eval`` with an empty cache and results folder, default settings: the
+  ``exact`` runtime (export and once-per-model check included in its time);
 - ``harness-cached``: the same command again (embeddings cached; result recomputed with ``--force``);
-- ``bm25``: the BM25 baseline (index build + retrieval), when the bm25 extra is installed.
+- ``bm25``: the BM25 baseline (index build + retrieval), when the bm25 extra is installed;
+- ``torch-fp32``, ``onnx-fp32``, ``torch-bf16``: ``harness eval --backend B --precision P``, each
+  with its own empty cache (bf16 reports an error line on CPUs without native bf16).
 
 Usage: ``python scripts/bench_pipeline.py [--dataset-dir ../shared/data/beir/scifact] [--batch-size 128]``
-(needs ``pip install -e .[bench]`` for beir). Takes about 15 minutes on 2 CPU cores.
+(needs ``pip install -e .[bench]`` for beir). Takes about 25 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -67,13 +70,15 @@ def measure_beir(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
     }
 
 
-def _harness(dataset_dir: Path, batch_size: int, work_dir: Path, model: str, force: bool, extra=None) -> dict:
+def _harness(
+    dataset_dir: Path, batch_size: int, work_dir: Path, model: str, force: bool, extra=None, tag: str = ""
+) -> dict:
     from harness.pipeline import EvalOptions, run_eval
 
     options = EvalOptions(
         batch_size=batch_size,
-        results_dir=work_dir / "results",
-        cache_dir=work_dir / "cache",
+        results_dir=work_dir / f"results{tag}",
+        cache_dir=work_dir / f"cache{tag}",
         data_dir=work_dir / "data",
         force=force,
         progress=False,
@@ -81,11 +86,18 @@ def _harness(dataset_dir: Path, batch_size: int, work_dir: Path, model: str, for
     )
     started = time.perf_counter()
     result = run_eval(str(dataset_dir), model, options)
+    encoder = result.provenance.get("retrieval", {}).get("encoder") or {}
+    check = encoder.get("exact_check") or {}
     return {
         "seconds": time.perf_counter() - started,
         "ndcg@10": result.metrics["ndcg@10"],
         "recall@100": result.metrics["recall@100"],
         "stages": result.provenance.get("timings", {}),
+        "runtime": encoder.get("label"),
+        "exact_check": {
+            name: {key: candidate.get(key) for key in ("seconds", "relative_error")}
+            for name, candidate in (check.get("candidates") or {}).items()
+        },
     }
 
 
@@ -101,13 +113,29 @@ def measure_bm25(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
     return _harness(dataset_dir, batch_size, work_dir, "bm25", force=False)
 
 
+def _runtime_line(runtime: str, precision: str):
+    """A first run with ``--backend runtime --precision precision`` in a cache of its own."""
+
+    def measure(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
+        options = {"encoder_options": {"runtime": runtime, "precision": precision}}
+        tag = f"-{runtime}-{precision}"
+        return _harness(dataset_dir, batch_size, work_dir, MODEL_ID, force=False, extra=options, tag=tag)
+
+    return measure
+
+
 MEASURES = {
     "floor": measure_floor,
     "beir": measure_beir,
     "harness-first": measure_harness_first,
     "harness-cached": measure_harness_cached,
     "bm25": measure_bm25,
+    "torch-fp32": _runtime_line("torch", "fp32"),
+    "onnx-fp32": _runtime_line("onnx", "fp32"),
+    "torch-bf16": _runtime_line("torch", "bf16"),
 }
+# Lines that encode the corpus with the dense model: candidates for the speed targets.
+DENSE_LINES = ("harness-first", "torch-fp32", "onnx-fp32", "torch-bf16")
 
 
 def _child(name: str, dataset_dir: Path, batch_size: int, work_dir: Path) -> None:
@@ -172,7 +200,37 @@ def main() -> None:
             f"{name:16s} {result['seconds']:9.1f} {result['peak_rss_mib']:9.0f} "
             f"{result.get('ndcg@10', float('nan')):8.5f} {result.get('recall@100', float('nan')):8.5f}  "
             + ", ".join(ratios)
+            + (f"  [{result['runtime']}]" if result.get("runtime") else "")
         )
+    print()
+    for line in check_targets(results):
+        print(line)
+
+
+def check_targets(results: dict) -> list[str]:
+    """The speed targets of the encoding-speed issue, judged on this run's lines."""
+    beir = results.get("beir", {})
+    first = results.get("harness-first", {})
+    if "seconds" not in beir or "seconds" not in first:
+        return ["targets: need the beir and harness-first lines"]
+    lines = []
+    speedup = beir["seconds"] / first["seconds"]
+    same = all(f"{first[key]:.4f}" == f"{beir[key]:.4f}" for key in ("ndcg@10", "recall@100"))
+    verdict = "met" if speedup >= 1.3 and same else "NOT met"
+    lines.append(
+        f"exact default ({first.get('runtime')}): {speedup:.2f}x faster than beir, "
+        f"nDCG@10/R@100 equal to 4 decimals: {same} -> target (>=1.3x, equal) {verdict}"
+    )
+    dense = {name: results[name] for name in DENSE_LINES if "seconds" in results.get(name, {})}
+    fastest = min(dense, key=lambda name: dense[name]["seconds"])
+    speedup = beir["seconds"] / dense[fastest]["seconds"]
+    delta = abs(dense[fastest]["ndcg@10"] - beir["ndcg@10"])
+    verdict = "met" if speedup >= 2 and delta <= 0.001 else "NOT met"
+    lines.append(
+        f"fastest setting {fastest} ({dense[fastest].get('runtime')}): {speedup:.2f}x faster than beir, "
+        f"|delta nDCG@10| {delta:.5f} -> target (>=2x, within 0.001) {verdict}"
+    )
+    return lines
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--index",
         default="Flat",
-        help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48[,nprobe=N]",
+        help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48np[,nprobe=N]",
     )
     parser.add_argument("--results-dir", type=Path, default=default_results_dir())
     parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="env HARNESS_DATA_DIR")
@@ -68,9 +68,38 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="recompute even when an equal result exists")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--backend",
+        choices=("torch", "onnx", "exact"),
+        help="runtime of the forward pass: exact (default: the fastest whose vectors equal torch fp32, "
+        "checked once per model), torch, or onnx (ONNX Runtime, exported once into the cache)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16"),
+        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs (approximate: "
+        "vectors differ slightly from fp32)",
+    )
+    scale = parser.add_argument_group(
+        "scaling out", "how the corpus is encoded; every choice writes the same embeddings (see README)"
+    )
+    scale.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="encoding workers (default: one per GPU, else one CPU process per 4 cores)",
+    )
+    scale.add_argument("--devices", help="comma-separated devices, one worker each, e.g. cuda:0,cuda:1")
+    scale.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local processes, or Ray actors (needs the [ray] extra; a local Ray starts if none is given)",
+    )
+    scale.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (env RAY_ADDRESS)")
 
 
 def options_from_args(args: argparse.Namespace):
+    from harness.parallel import parse_devices
     from harness.pipeline import EvalOptions
 
     return EvalOptions(
@@ -93,6 +122,16 @@ def options_from_args(args: argparse.Namespace):
         shard_size=args.shard_size,
         force=args.force,
         progress=not args.no_progress,
+        workers=args.workers,
+        devices=parse_devices(args.devices),
+        executor=args.executor,
+        ray_address=args.ray_address,
+        # Only what was asked for, so runs without these flags keep their earlier result config.
+        encoder_options={
+            key: value
+            for key, value in (("runtime", args.backend), ("precision", args.precision))
+            if value is not None
+        },
     )
 
 

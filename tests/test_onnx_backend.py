@@ -1,0 +1,273 @@
+"""The onnx runtime and the ``exact`` default: same vectors as torch fp32, exported once, checked once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import onnx_backend
+from harness.cli import main
+from harness.data import Document
+from harness.encode import Encoder
+from harness.errors import HarnessError
+from harness.models import ModelRecord, resolve_model, resolve_record
+
+TEXTS = [
+    "what is the role of the immune cells in cancer ?",
+    "dna",
+    "a study of protein levels in human blood and the effect of treatment on patients with high risk "
+    "of disease , with results for mouse models and human data analysis methods " * 3,
+    "gene",
+    "virus and bacteria",
+]
+
+
+def _tiny_record(folder: Path, **overrides) -> ModelRecord:
+    settings = dict(
+        name="tiny",
+        model_id=str(folder),
+        backend="transformers",
+        pooling="mean",
+        normalize=False,
+        similarity="dot",
+        max_length=24,
+    )
+    settings.update(overrides)
+    return ModelRecord(**settings)
+
+
+def _encoder(model, cache: Path, **options) -> Encoder:
+    return Encoder(model, device="cpu", batch_size=2, cache_dir=cache, **options)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
+def test_onnx_equals_torch_on_the_tiny_bert(tiny_bert_dir: Path, tmp_path: Path, pooling: str):
+    model = resolve_record(_tiny_record(tiny_bert_dir, pooling=pooling, query_prefix="query: "))
+    torch_vectors = _encoder(model, tmp_path, runtime="torch").encode_queries(TEXTS)
+    onnx_vectors = _encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS)
+    assert onnx_vectors.dtype == np.float32 and onnx_vectors.shape == torch_vectors.shape == (5, 32)
+    np.testing.assert_allclose(onnx_vectors, torch_vectors, rtol=1e-5, atol=1e-6)
+    assert onnx_backend.relative_error(onnx_vectors, torch_vectors) < onnx_backend.EXACT_TOLERANCE
+
+
+def test_onnx_equals_sentence_transformers_folder(tiny_st_dir: Path, tmp_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    model = resolve_model(str(tiny_st_dir))
+    encoder = _encoder(model, tmp_path, runtime="onnx")
+    reference = SentenceTransformer(str(tiny_st_dir), device="cpu").encode(TEXTS, batch_size=2)
+    np.testing.assert_allclose(encoder.encode_queries(TEXTS), reference, atol=1e-6)
+    described = encoder.describe()
+    assert described["label"] == "onnx fp32" and described["resolved_runtime"] == "onnx"
+    # The tiny BERT is a BERT: its attention, layer norms and GELU are fused by onnxruntime.
+    assert described["onnx_export"]["fused"]["Attention"] == 2
+
+
+def test_export_is_kept_in_the_cache_and_reused(tiny_st_dir: Path, tmp_path: Path, monkeypatch):
+    model = resolve_model(str(tiny_st_dir))
+    first = _encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS)
+    folder, key, _ = onnx_backend.export_folder(tmp_path, model)
+    assert folder.parent == tmp_path / "onnx" and folder.name.startswith(model.slug)
+    assert (folder / "model.onnx").is_file()
+    assert json.loads((folder / "export.json").read_text())["key"] == key
+    assert sorted(path.name for path in folder.iterdir()) == ["export.json", "model.onnx"]  # no temp files
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported twice")
+
+    monkeypatch.setattr(onnx_backend, "_export", no_export)
+    np.testing.assert_array_equal(_encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS), first)
+    # Another max length or prefix does not change the graph: the same export serves it.
+    shorter = dataclasses.replace(
+        model, record=dataclasses.replace(model.record, max_length=8, query_prefix="q ")
+    )
+    assert onnx_backend.export_folder(tmp_path, shorter)[0] == folder
+    _encoder(shorter, tmp_path, runtime="onnx").encode_queries(TEXTS)
+
+
+def test_new_weights_get_their_own_export(tiny_bert_dir: Path, tmp_path: Path):
+    from tiny_bert import build_tiny_bert
+
+    other = build_tiny_bert(tmp_path / "other-bert", seed=1)
+    first = resolve_record(_tiny_record(tiny_bert_dir))
+    second = resolve_record(_tiny_record(other))
+    assert onnx_backend.export_folder(tmp_path, first)[0] != onnx_backend.export_folder(tmp_path, second)[0]
+
+
+def test_failed_export_is_one_line_and_leaves_nothing(tiny_bert_dir: Path, tmp_path: Path, monkeypatch):
+    import torch
+
+    def broken_export(*args, **kwargs):
+        Path(args[2]).write_bytes(b"half a graph")  # what a crash mid-export leaves behind
+        raise RuntimeError("Unsupported: ONNX export of operator foo\nlong details")
+
+    monkeypatch.setattr(torch.onnx, "export", broken_export)
+    model = resolve_record(_tiny_record(tiny_bert_dir))
+    with pytest.raises(HarnessError) as error:
+        _encoder(model, tmp_path, runtime="onnx").encode_queries(["dna"])
+    assert str(error.value) == "could not export tiny to ONNX: Unsupported: ONNX export of operator foo"
+    folder = onnx_backend.export_folder(tmp_path, model)[0]
+    assert list(folder.iterdir()) == []
+
+
+def test_exact_check_runs_once_and_is_recorded(tiny_st_dir: Path, tmp_path: Path, monkeypatch):
+    model = resolve_model(str(tiny_st_dir))
+    encoder = _encoder(model, tmp_path)
+    assert encoder.settings()["runtime"] == "exact" and encoder.settings()["precision"] == "float32"
+    exact = encoder.encode_queries(TEXTS)
+    reference = _encoder(model, tmp_path, runtime="torch").encode_queries(TEXTS)
+    assert onnx_backend.relative_error(exact, reference) < onnx_backend.EXACT_TOLERANCE
+
+    record = json.loads(onnx_backend.exact_check_path(tmp_path, model).read_text())
+    candidates = record["candidates"]
+    assert set(candidates) == {"torch", "onnx"} and candidates["onnx"]["equal"] is True
+    assert candidates["onnx"]["relative_error"] < onnx_backend.EXACT_TOLERANCE
+    onnx_wins = (
+        candidates["onnx"]["seconds"] * onnx_backend.EXACT_MIN_SPEEDUP < candidates["torch"]["seconds"]
+    )
+    faster = "onnx" if onnx_wins else "torch"
+    assert record["runtime"] == faster == encoder.describe()["resolved_runtime"]
+    assert encoder.describe()["label"] == f"exact ({faster}) fp32"
+    assert record["sample_size"] == len(onnx_backend.exact_sample_texts())
+
+    def no_check(*args, **kwargs):
+        raise AssertionError("checked twice")
+
+    monkeypatch.setattr(onnx_backend, "run_exact_check", no_check)
+    again = _encoder(model, tmp_path)
+    assert again.describe()["resolved_runtime"] == faster  # read from the record, model not loaded
+    np.testing.assert_allclose(again.encode_queries(TEXTS), exact, atol=1e-6)
+
+
+class FakeClock:
+    """A clock that runners advance by their pretend duration, so choices do not depend on the machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def runner(self, vectors: np.ndarray, seconds: float):
+        def run() -> np.ndarray:
+            self.now += seconds
+            return vectors
+
+        return run
+
+
+def test_run_exact_check_picks_the_fastest_equal_runtime():
+    reference = np.eye(3, dtype=np.float32)
+    nearly = reference + 1e-7
+    approximate = reference + 1e-2  # what bf16 looks like: fast, but not exact
+
+    def broken() -> np.ndarray:
+        raise HarnessError("could not export x to ONNX: nope")
+
+    clock = FakeClock()
+    outcome = onnx_backend.run_exact_check(
+        {
+            "torch": clock.runner(reference, 2.0),
+            "onnx": clock.runner(nearly, 1.0),
+            "bf16": clock.runner(approximate, 0.5),
+            "broken": broken,
+        },
+        clock=clock,
+    )
+    assert outcome["runtime"] == "onnx"
+    assert outcome["candidates"]["onnx"] == {
+        "seconds": 1.0,
+        # Rows of the identity have norm 1: the relative error is the largest row distance.
+        "relative_error": pytest.approx(float(np.sqrt(((nearly - reference) ** 2).sum(axis=1)).max())),
+        "equal": True,
+    }
+    assert outcome["candidates"]["bf16"]["equal"] is False
+    assert outcome["candidates"]["broken"] == {
+        "seconds": None,
+        "error": "could not export x to ONNX: nope",
+        "equal": False,
+    }
+    # Slower, or faster by less than the margin: the reference itself stays.
+    for onnx_seconds in (3.0, 2.0 / onnx_backend.EXACT_MIN_SPEEDUP + 0.01):
+        clock = FakeClock()
+        runners = {"torch": clock.runner(reference, 2.0), "onnx": clock.runner(nearly, onnx_seconds)}
+        assert onnx_backend.run_exact_check(runners, clock=clock)["runtime"] == "torch"
+
+
+def test_exact_without_onnxruntime_falls_back_to_torch(tiny_bert_dir: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    model = resolve_record(_tiny_record(tiny_bert_dir))
+    encoder = _encoder(model, tmp_path)
+    vectors = encoder.encode_queries(TEXTS)
+    np.testing.assert_array_equal(vectors, _encoder(model, tmp_path, runtime="torch").encode_queries(TEXTS))
+    assert encoder.describe()["exact_check"] == {"runtime": "torch", "reason": "onnxruntime is not installed"}
+    with pytest.raises(HarnessError, match=r"pip install 'beir-harness\[onnx\]'"):
+        _encoder(model, tmp_path, runtime="onnx")
+
+
+def test_documents_encode_the_same_on_both_runtimes(tiny_bert_dir: Path, tmp_path: Path):
+    model = resolve_record(_tiny_record(tiny_bert_dir, doc_prefix="passage: ", max_length=48))
+    docs = [Document(f"d{i}", f"title {i}", text) for i, text in enumerate(TEXTS)]
+    np.testing.assert_allclose(
+        _encoder(model, tmp_path, runtime="onnx").encode_documents(docs),
+        _encoder(model, tmp_path, runtime="torch").encode_documents(docs),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def _beir_folder(root: Path) -> Path:
+    folder = root / "tinyset"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"title {i}", "text": text} for i, text in enumerate(TEXTS)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in docs))
+    queries = [{"_id": "q1", "text": "immune cells"}, {"_id": "q2", "text": "virus"}]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(query) + "\n" for query in queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\nq2\td4\t1\n")
+    return folder
+
+
+def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path: Path, capsys):
+    dataset = _beir_folder(tmp_path)
+    common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--no-progress"]
+    common += ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, "--backend", "onnx"]) == 0
+    provenance_path = next((tmp_path / "results").rglob("provenance.json"))
+    provenance = json.loads(provenance_path.read_text())
+    assert provenance["config"]["encoder_options"] == {"runtime": "onnx"}
+    assert provenance["retrieval"]["encoder_settings"]["runtime"] == "onnx"
+    assert provenance["retrieval"]["encoder"]["label"] == "onnx fp32"
+    onnx_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
+
+    capsys.readouterr()
+    assert main([*common, "--backend", "torch"]) == 0  # another backend: not the stored result
+    provenance = json.loads(provenance_path.read_text())
+    assert provenance["retrieval"]["encoder"]["label"] == "torch fp32"
+    assert "(reused)" not in capsys.readouterr().out
+    torch_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
+    assert onnx_metrics["metrics"] == pytest.approx(torch_metrics["metrics"], abs=1e-9)
+
+
+def test_real_minilm_onnx_equals_torch_and_sentence_transformers(tmp_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    model = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
+    sentences = [
+        "Vitamin D deficiency is associated with increased risk of tuberculosis.",
+        "What causes the immune system to attack healthy cells?",
+        "0-dimensional biomaterials show inductive properties.",
+        "A short one.",
+        " ".join(["Long documents are truncated at 256 word pieces by this model."] * 40),
+    ]
+    onnx_encoder = Encoder(model, device="cpu", batch_size=4, runtime="onnx", cache_dir=tmp_path)
+    got = onnx_encoder.encode_queries(sentences)
+    torch_vectors = Encoder(model, device="cpu", batch_size=4, runtime="torch").encode_queries(sentences)
+    reference = SentenceTransformer(model.source, device="cpu").encode(sentences)
+    assert onnx_backend.relative_error(got, torch_vectors) < onnx_backend.EXACT_TOLERANCE
+    np.testing.assert_allclose(got, reference, atol=1e-6)
+    assert onnx_encoder.describe()["onnx_export"]["fused"]["Attention"] == 6
