@@ -81,12 +81,15 @@ class ZipServer:
         self.httpd.server_close()
 
 
+# Bound for the whole session but never listening: connections are refused, and no other process can
+# take the port between the test picking it and connecting to it.
+_DEAD_PORT_HOLDER = socket.socket()
+_DEAD_PORT_HOLDER.bind(("127.0.0.1", 0))
+
+
 def _dead_url() -> str:
     """A 127.0.0.1 port with nothing listening."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{_DEAD_PORT_HOLDER.getsockname()[1]}"
 
 
 @pytest.fixture(scope="module")
