@@ -81,6 +81,12 @@ class ZipServer:
         self.httpd.server_close()
 
 
+@pytest.fixture(autouse=True)
+def _no_mirror_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test` exports HARNESS_BEIR_MIRROR (the shared data); these tests choose their sources themselves."""
+    monkeypatch.delenv("HARNESS_BEIR_MIRROR", raising=False)
+
+
 # Bound for the whole session but never listening: connections are refused, and no other process can
 # take the port between the test picking it and connecting to it.
 _DEAD_PORT_HOLDER = socket.socket()
