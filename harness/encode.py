@@ -18,15 +18,18 @@ and three runtimes for the forward pass (``--backend``; part of the cache key):
 
 Texts are tokenized once, by the model's own ``preprocess``, a window of batches at a time: the
 window (taken from the longest-first order sentence-transformers uses) is sorted by token count and
-cut into batches padded only to their own longest text. Prefixes are prepended here, never through
-sentence-transformers prompts, so the text encoded is exactly ``Encoder.document_text(doc)`` /
-``query_prefix + query``.
+cut into batches padded only to their own longest text. On a CPU a batch is also capped by tokens
+(``CPU_BATCH_TOKENS``), and one batch per core runs at once, each single-threaded; the vectors do not
+depend on any of this beyond float rounding (batching is not part of the cache key). Prefixes are
+prepended here, never through sentence-transformers prompts, so the text encoded is exactly
+``Encoder.document_text(doc)`` / ``query_prefix + query``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,15 +45,18 @@ log = logging.getLogger(__name__)
 # near-equal length, short enough to bound memory and to move the progress bar.
 CHUNK_BATCHES = 16
 DEFAULT_RUNTIME = "exact"
-# On a CPU a batch holds at most this many padded tokens (and at most ``batch_size`` texts): the
-# activations then stay in cache, which for MiniLM on scifact encodes 1.4x faster than 128 x 256
-# tokens at once (measured, 1 and 2 threads). GPUs want big batches and get ``batch_size`` only.
+# On a CPU a batch holds at most this many padded tokens (and at most ``batch_size`` texts): its
+# activations then stay in cache. MiniLM on scifact, one thread: 20.3 docs/s at 1024 tokens, 19.6 at
+# 2048, 15.1 for 128 texts of 256 tokens at once. GPUs want big batches and get ``batch_size`` only.
 CPU_BATCH_TOKENS = 1024
 
 _ST_POOLING = {"mean": "mean", "cls": "cls", "last": "lasttoken"}
 # ``--precision`` names -> torch dtype names (the names used in settings and records' ``dtype``).
 _DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _SHORT_OF = {dtype: short for short, dtype in _DTYPE_OF.items()}
+
+
+Batch = tuple[np.ndarray, np.ndarray]  # (positions in the input, float32 vectors)
 
 
 class TextDocument(Protocol):
@@ -187,6 +193,12 @@ def resolve_runtime(
     return chosen, dtype
 
 
+def check_encoder_options(model: ResolvedModel, device: str | None, options: dict[str, Any]) -> None:
+    """Refuse a backend/precision the device cannot run, before any work (no-op for BM25 models)."""
+    if model.record.backend in DENSE_BACKENDS:
+        resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+
+
 # ---- batching --------------------------------------------------------------------------------
 
 
@@ -265,6 +277,9 @@ class Encoder:
             "label": self.label(active),
             "device": self.device,
             "threads": torch.get_num_threads(),
+            # On a CPU, one single-threaded batch per thread at once (see ``_run``).
+            "streams": torch.get_num_threads() if self.device == "cpu" else 1,
+            "max_batch_tokens": self.max_batch_tokens,
             "batch_size": self.batch_size,
             "exact_check": check,
             "onnx_export": {
@@ -312,10 +327,8 @@ class Encoder:
         """Encode final texts (prefixes already applied), longest first, in the input order."""
         if len(texts) == 0:
             return np.empty((0, self.dim), dtype=np.float32)
-        forward = self._forward(self.resolve_runtime())
         vectors: np.ndarray | None = None
-        for positions, features in self._batches(texts):
-            encoded = forward(features)
+        for positions, encoded in self._run(self.resolve_runtime(), self._batches(texts)):
             if vectors is None:
                 vectors = np.empty((len(texts), encoded.shape[1]), dtype=np.float32)
             vectors[positions] = encoded
@@ -348,8 +361,39 @@ class Encoder:
             log.info("exact runtime for %s: %s", self.model.record.name, self._active)
         return self._active
 
-    def _forward(self, runtime: str) -> Callable[[dict[str, Any]], np.ndarray]:
-        """A function from one batch's features to its float32 vectors, on ``runtime``."""
+    def _run(self, runtime: str, batches: Iterable[tuple[np.ndarray, dict[str, Any]]]) -> Iterator[Batch]:
+        """``(positions, float32 vectors)`` for each batch, in order, computed on ``runtime``.
+
+        On a CPU with n threads, n batches run at once, each single-threaded: with the small batches
+        made here, MiniLM encodes 1.2x faster than as one n-thread stream (41 vs 34 docs/s, 2 cores).
+        """
+        import torch
+
+        compute = self._compute(runtime)
+        streams = torch.get_num_threads() if self.device == "cpu" else 1
+        if streams == 1:
+            for positions, features in batches:
+                yield positions, compute(features)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        torch.set_num_threads(1)  # torch's thread count is per process: each stream gets one core
+        try:
+            with ThreadPoolExecutor(streams, thread_name_prefix="encode") as pool:
+                pending: deque = deque()
+                for positions, features in batches:
+                    pending.append((positions, pool.submit(compute, features)))
+                    if len(pending) > streams:  # keep every stream fed, tokenize no further ahead
+                        done, future = pending.popleft()
+                        yield done, future.result()
+                while pending:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+        finally:
+            torch.set_num_threads(streams)
+
+    def _compute(self, runtime: str) -> Callable[[dict[str, Any]], np.ndarray]:
+        """A function from one batch's features to its float32 vectors (safe to call from threads)."""
         import torch
 
         model = self.load()
@@ -359,7 +403,8 @@ class Encoder:
             session = self._onnx_session()
             tail = list(model)[1:]  # Pooling, Dense, Normalize: the model's own modules
 
-        def forward(features: dict[str, Any]) -> np.ndarray:
+        def compute(features: dict[str, Any]) -> np.ndarray:
+            # inference_mode and autocast are per thread: entered here, in the thread that computes.
             with torch.inference_mode():
                 if runtime == "onnx":
                     out = {**features, "token_embeddings": torch.from_numpy(session(features))}
@@ -377,7 +422,7 @@ class Encoder:
                     embeddings = torch.nn.functional.normalize(embeddings, p=2, dim=1)
                 return embeddings.cpu().numpy()
 
-        return forward
+        return compute
 
     def _onnx_session(self):
         if self._onnx is None:
@@ -407,10 +452,9 @@ class Encoder:
 
         def runner(runtime: str) -> Callable[[], np.ndarray]:
             def run() -> np.ndarray:
-                forward = self._forward(runtime)  # exports the model on the first onnx call
                 vectors = np.empty((len(sample), self.dim), dtype=np.float32)
-                for positions, features in batches:
-                    vectors[positions] = forward(features)
+                for positions, encoded in self._run(runtime, batches):  # the first onnx run exports
+                    vectors[positions] = encoded
                 return vectors
 
             return run

@@ -230,3 +230,19 @@ def test_token_capped_batches_give_the_same_vectors(tiny, monkeypatch):
     capped.max_batch_tokens = 8  # down to one text per batch for the long ones
     np.testing.assert_allclose(capped.encode_queries(TEXTS), unbounded.encode_queries(TEXTS), atol=1e-6)
     assert capped.settings() == unbounded.settings()  # batching never changes the key
+
+
+def test_parallel_streams_give_the_same_vectors_and_restore_threads(tiny):
+    import torch
+
+    previous = torch.get_num_threads()
+    texts = [f"{text} {index}" for index in range(12) for text in TEXTS]  # many batches
+    try:
+        torch.set_num_threads(1)  # one stream: batches one after the other
+        sequential = Encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
+        torch.set_num_threads(3)  # three single-threaded streams at once
+        streamed = Encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
+        assert torch.get_num_threads() == 3  # given back after encoding
+    finally:
+        torch.set_num_threads(previous)
+    np.testing.assert_allclose(streamed, sequential, atol=1e-6)

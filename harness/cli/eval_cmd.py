@@ -138,6 +138,7 @@ def options_from_args(args: argparse.Namespace):
 def check_specs(datasets: list[str], models: list[str], options) -> None:
     """Fail on an unknown dataset, model, metric or index before any pair starts working."""
     from harness.data import get_dataset_record
+    from harness.encode import check_encoder_options
     from harness.metrics import parse_metrics
     from harness.models import resolve_model
     from harness.search import parse_index_spec
@@ -146,7 +147,8 @@ def check_specs(datasets: list[str], models: list[str], options) -> None:
         if not Path(dataset).is_dir():
             get_dataset_record(dataset)
     for model in models:
-        resolve_model(model, trust_remote_code=options.trust_remote_code)
+        resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
+        check_encoder_options(resolved, options.device, options.encoder_options)
     parse_metrics(options.metrics, options.ks)
     parse_index_spec(options.index)
 
