@@ -12,7 +12,8 @@ and three runtimes for the forward pass (``--backend``; part of the cache key):
 * ``torch``: PyTorch, in the chosen ``precision`` (fp32; bf16 by autocast on CPUs with native bf16
   or on GPUs; fp16 on GPUs).
 * ``onnx``: the transformer exported once with ``torch.onnx`` and run by onnxruntime
-  (``harness.onnx_backend``); pooling and normalisation stay the model's own modules. fp32 only.
+  (``harness.onnx_backend``); pooling and normalisation stay the model's own modules. fp32, or
+  int8 (the export's weights quantized by onnxruntime's dynamic quantization; approximate).
 * ``exact`` (the default): the fastest of the two whose vectors equal torch fp32 within a tight
   tolerance, decided once per model by a recorded check on a fixed sample.
 
@@ -52,7 +53,8 @@ CPU_BATCH_TOKENS = 1024
 
 _ST_POOLING = {"mean": "mean", "cls": "cls", "last": "lasttoken"}
 # ``--precision`` names -> torch dtype names (the names used in settings and records' ``dtype``).
-_DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# ``int8`` is not a torch dtype: it names onnxruntime's dynamically quantized graph.
+_DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 _SHORT_OF = {dtype: short for short, dtype in _DTYPE_OF.items()}
 
 
@@ -141,7 +143,7 @@ def check_precision(dtype: str, device: str) -> None:
     import torch
 
     short = _SHORT_OF[dtype]
-    if dtype == "float32":
+    if dtype in ("float32", "int8"):  # int8 is onnx's, which resolve_runtime keeps on the CPU
         return
     if device.startswith("cuda"):
         if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
@@ -168,21 +170,28 @@ def resolve_runtime(
 ) -> tuple[str, str]:
     """``(runtime, dtype)`` from the arguments, else the record's defaults, else ``exact`` fp32.
 
-    Asking for bf16/fp16 without a runtime means torch (``exact`` and ``onnx`` compute in fp32).
+    Asking for bf16/fp16 without a runtime means torch, int8 means onnx (``exact`` is fp32 only).
     """
     record = model.record
     precision = precision or record.precision
     dtype = precision_dtype(precision) if precision else "float32"
     chosen = (runtime or record.runtime or "").strip().lower()
     if not chosen:
-        chosen = DEFAULT_RUNTIME if dtype == "float32" else "torch"
+        chosen = {"float32": DEFAULT_RUNTIME, "int8": "onnx"}.get(dtype, "torch")
     if chosen not in RUNTIMES:
         raise HarnessError(f"unknown backend {chosen!r} (use {', '.join(RUNTIMES)})")
-    if chosen != "torch" and dtype != "float32":
-        why = "means vectors equal to torch fp32" if chosen == "exact" else "runs fp32 only"
+    short = _SHORT_OF[dtype]
+    if chosen == "exact" and dtype != "float32":
+        owner = "onnx" if dtype == "int8" else "torch"
         raise HarnessError(
-            f"--backend {chosen} {why}; for {_SHORT_OF[dtype]} use --backend torch --precision {_SHORT_OF[dtype]}"
+            f"--backend exact means vectors equal to torch fp32; for {short} use --backend {owner} --precision {short}"
         )
+    if chosen == "onnx" and dtype not in ("float32", "int8"):
+        raise HarnessError(
+            f"--backend onnx runs fp32 or int8; for {short} use --backend torch --precision {short}"
+        )
+    if chosen == "torch" and dtype == "int8":
+        raise HarnessError("--backend torch has no int8; use --backend onnx --precision int8")
     if chosen == "onnx":
         from harness.onnx_backend import require_onnxruntime
 
@@ -429,6 +438,11 @@ class Encoder:
             from harness.onnx_backend import OnnxTransformer, ensure_exported
 
             graph, self._onnx_export = ensure_exported(self.load(), self.model, self.cache_dir)
+            if self.dtype == "int8":
+                from harness.onnx_backend import ensure_quantized
+
+                graph, quantization = ensure_quantized(graph)
+                self._onnx_export = {**self._onnx_export, "quantization": quantization}
             self._onnx = OnnxTransformer(graph)
         return self._onnx
 
@@ -494,7 +508,7 @@ class Encoder:
         record = self.model.record
         trust = record.trust_remote_code
         model_kwargs: dict[str, Any] = {"trust_remote_code": trust}
-        if self.dtype != "float32" and self.device != "cpu":
+        if self.dtype in ("float16", "bfloat16") and self.device != "cpu":
             # GPUs hold half-precision weights; the CPU keeps fp32 weights and autocasts to bf16.
             model_kwargs["dtype"] = getattr(torch, self.dtype)
         log.info("loading %s (%s backend) on %s, %s", record.name, record.backend, self.device, self.dtype)

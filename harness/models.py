@@ -42,7 +42,7 @@ SIMILARITIES = ("dot", "cosine")
 DTYPES = ("float32", "float16", "bfloat16")
 # How the forward pass runs (``--backend``) and in what precision (``--precision``); see harness.encode.
 RUNTIMES = ("torch", "onnx", "exact")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 # Files that hold weights. Trainer checkpoints also carry optimizer.pt, scheduler.pt and
 # training_args.bin, which must not count as (or change the hash of) the model.

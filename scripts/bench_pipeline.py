@@ -8,11 +8,12 @@ Lines printed (each measured in its own subprocess so peak memory is per line):
   ``exact`` runtime (export and once-per-model check included in its time);
 - ``harness-cached``: the same command again (embeddings cached; result recomputed with ``--force``);
 - ``bm25``: the BM25 baseline (index build + retrieval), when the bm25 extra is installed;
-- ``torch-fp32``, ``onnx-fp32``, ``torch-bf16``: ``harness eval --backend B --precision P``, each
-  with its own empty cache (bf16 reports an error line on CPUs without native bf16).
+- ``torch-fp32``, ``onnx-fp32``, ``torch-bf16``, ``onnx-int8``: ``harness eval --backend B
+  --precision P``, each with its own empty cache (bf16 reports an error line on CPUs without native
+  bf16; the int8 line includes quantizing the export).
 
 Usage: ``python scripts/bench_pipeline.py [--dataset-dir ../shared/data/beir/scifact] [--batch-size 128]``
-(needs ``pip install -e .[bench]`` for beir). Takes about 25 minutes on 2 CPU cores.
+(needs ``pip install -e .[bench]`` for beir). Takes about 20 minutes a round on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -133,9 +134,10 @@ MEASURES = {
     "torch-fp32": _runtime_line("torch", "fp32"),
     "onnx-fp32": _runtime_line("onnx", "fp32"),
     "torch-bf16": _runtime_line("torch", "bf16"),
+    "onnx-int8": _runtime_line("onnx", "int8"),
 }
 # Lines that encode the corpus with the dense model: candidates for the speed targets.
-DENSE_LINES = ("harness-first", "torch-fp32", "onnx-fp32", "torch-bf16")
+DENSE_LINES = ("harness-first", "torch-fp32", "onnx-fp32", "torch-bf16", "onnx-int8")
 
 
 def _child(name: str, dataset_dir: Path, batch_size: int, work_dir: Path) -> None:

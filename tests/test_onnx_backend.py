@@ -90,6 +90,34 @@ def test_export_is_kept_in_the_cache_and_reused(tiny_st_dir: Path, tmp_path: Pat
     _encoder(shorter, tmp_path, runtime="onnx").encode_queries(TEXTS)
 
 
+def test_int8_is_quantized_once_close_to_fp32_and_recorded(tiny_st_dir: Path, tmp_path: Path, monkeypatch):
+    model = resolve_model(str(tiny_st_dir))
+    fp32 = _encoder(model, tmp_path, runtime="torch").encode_queries(TEXTS)
+    first = _encoder(model, tmp_path, precision="int8")
+    int8 = first.encode_queries(TEXTS)
+    described = first.describe()
+    assert described["label"] == "onnx int8" and first.settings()["precision"] == "int8"
+    quantization = described["onnx_export"]["quantization"]
+    assert quantization["settings"]["per_channel"] is True and quantization["settings"]["weight_type"] == "QInt8"
+    # Approximate, not exact: the int8 weights move the vectors, but not far.
+    cosines = (int8 * fp32).sum(axis=1) / np.linalg.norm(int8, axis=1) / np.linalg.norm(fp32, axis=1)
+    assert onnx_backend.relative_error(int8, fp32) > onnx_backend.EXACT_TOLERANCE
+    assert cosines.min() > 0.95
+    quantized = next((tmp_path / "onnx").glob("*/model-int8.onnx"))
+    stamp = quantized.stat().st_mtime_ns
+
+    def no_quantizing(*args, **kwargs):
+        raise AssertionError("quantized twice")
+
+    import onnxruntime.quantization
+
+    monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", no_quantizing)
+    again = _encoder(model, tmp_path, precision="int8").encode_queries(TEXTS)
+    np.testing.assert_array_equal(again, int8)  # same graph, same kernels
+    assert quantized.stat().st_mtime_ns == stamp
+    assert not list(quantized.parent.glob(".*.tmp"))
+
+
 def test_new_weights_get_their_own_export(tiny_bert_dir: Path, tmp_path: Path):
     from tiny_bert import build_tiny_bert
 

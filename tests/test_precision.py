@@ -74,8 +74,10 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(tiny, monkeypatch):
 @pytest.mark.parametrize(
     ("runtime", "precision", "needle"),
     [
-        ("onnx", "bf16", "--backend onnx runs fp32 only"),
+        ("onnx", "bf16", "--backend onnx runs fp32 or int8"),
         ("exact", "bf16", "--backend exact means vectors equal to torch fp32"),
+        ("exact", "int8", "for int8 use --backend onnx --precision int8"),
+        ("torch", "int8", "--backend torch has no int8"),
         ("fast", None, "unknown backend 'fast'"),
         (None, "int4", "unknown precision 'int4'"),
     ],
@@ -122,6 +124,7 @@ def test_defaults_and_what_a_bare_precision_implies(tiny, monkeypatch):
     assert resolve_runtime(tiny, "cpu", None, None) == ("exact", "float32")
     assert resolve_runtime(tiny, "cpu", None, "bf16") == ("torch", "bfloat16")  # bf16 is torch's
     assert resolve_runtime(tiny, "cpu", "onnx", "fp32") == ("onnx", "float32")
+    assert resolve_runtime(tiny, "cpu", None, "int8") == ("onnx", "int8")  # int8 is onnx's
 
 
 def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, tmp_path: Path):
@@ -140,7 +143,7 @@ def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, 
     assert "runtime" not in ModelRecord(name="plain").vector_settings()
 
     path.write_text(path.read_text().replace("precision: fp32", "precision: half"))
-    with pytest.raises(InputError, match="precision 'half' is not one of fp32, bf16, fp16"):
+    with pytest.raises(InputError, match="precision 'half' is not one of fp32, bf16, fp16, int8"):
         load_record(path)
 
 
@@ -197,11 +200,12 @@ def test_changing_backend_or_precision_misses_the_cache(tiny, tmp_path: Path, mo
         built.encode_documents = counted
         return built
 
-    choices = [{"runtime": "torch"}, {"runtime": "onnx"}, {}, {"precision": "bf16"}]
+    choices = [{"runtime": "torch"}, {"runtime": "onnx"}, {}, {"precision": "bf16"}, {"precision": "int8"}]
     entries = [cache.corpus(dataset, encoder(**choice), shard_size=3, progress=False) for choice in choices]
     assert len({entry.key for entry in entries}) == len(choices)
     assert len({entry.directory for entry in entries}) == len(choices)
     assert len(calls) == 2 * len(choices)  # 4 docs in shards of 3: two encodes per setting
+    assert "onnx int8" in calls
     calls.clear()
     again = [cache.corpus(dataset, encoder(**choice), shard_size=3, progress=False) for choice in choices]
     assert [entry.key for entry in again] == [entry.key for entry in entries]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.models import PRECISIONS, RUNTIMES
 from harness.paths import default_cache_dir, default_data_dir, default_results_dir
 
 log = logging.getLogger(__name__)
@@ -70,15 +71,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
         "--backend",
-        choices=("torch", "onnx", "exact"),
+        choices=RUNTIMES,
         help="runtime of the forward pass: exact (default: the fastest whose vectors equal torch fp32, "
         "checked once per model), torch, or onnx (ONNX Runtime, exported once into the cache)",
     )
     parser.add_argument(
         "--precision",
-        choices=("fp32", "bf16", "fp16"),
-        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs (approximate: "
-        "vectors differ slightly from fp32)",
+        choices=PRECISIONS,
+        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs; int8 with the onnx "
+        "backend on CPUs (dynamic quantization). All but fp32 are approximate: vectors differ from fp32",
     )
     scale = parser.add_argument_group(
         "scaling out", "how the corpus is encoded; every choice writes the same embeddings (see README)"
