@@ -271,12 +271,15 @@ def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     assert provenance["retrieval"]["encoder_settings"]["runtime"] == "onnx"
     assert provenance["retrieval"]["encoder"]["label"] == "onnx fp32"
     onnx_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
+    summary = capsys.readouterr().out.splitlines()
+    assert summary[0].split() == ["dataset", "model", "backend", "nDCG@10", "Recall@100", "time", "(s)"]
+    assert " onnx fp32 " in summary[-1]  # the result table says how the vectors were computed
 
-    capsys.readouterr()
     assert main([*common, "--backend", "torch"]) == 0  # another backend: not the stored result
     provenance = json.loads(provenance_path.read_text())
     assert provenance["retrieval"]["encoder"]["label"] == "torch fp32"
-    assert "(reused)" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(reused)" not in out and " torch fp32 " in out.splitlines()[-1]
     torch_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
     assert onnx_metrics["metrics"] == pytest.approx(torch_metrics["metrics"], abs=1e-9)
 

@@ -154,14 +154,16 @@ def check_specs(datasets: list[str], models: list[str], options) -> None:
     parse_index_spec(options.index)
 
 
-def format_summary(rows: list[tuple[str, str, dict[str, float], float, bool]]) -> str:
-    header = ("dataset", "model", "nDCG@10", "Recall@100", "time (s)")
+def format_summary(rows: list[tuple[str, str, str, dict[str, float], float, bool]]) -> str:
+    """The closing table: one line per (dataset, model) with how its vectors were computed."""
+    header = ("dataset", "model", "backend", "nDCG@10", "Recall@100", "time (s)")
     lines = [header]
-    for dataset, model, metrics, seconds, reused in rows:
+    for dataset, model, backend, metrics, seconds, reused in rows:
         lines.append(
             (
                 dataset,
                 model,
+                backend,
                 f"{metrics.get('ndcg@10', float('nan')):.4f}",
                 f"{metrics.get('recall@100', float('nan')):.4f}",
                 f"{seconds:.1f}" + (" (reused)" if reused else ""),
@@ -169,10 +171,23 @@ def format_summary(rows: list[tuple[str, str, dict[str, float], float, bool]]) -
         )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     rendered = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in lines
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in lines
     ]
     rendered.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(rendered)
+
+
+def backend_label(result) -> str:
+    """``exact (torch) fp32``, ``onnx int8``, ... for dense models; the library for BM25."""
+    retrieval = result.provenance.get("retrieval", {})
+    encoder = retrieval.get("encoder") or {}
+    if encoder.get("label"):
+        return encoder["label"]
+    bm25 = retrieval.get("bm25_settings") or {}
+    if bm25.get("library"):
+        return str(bm25["library"])
+    return str(result.provenance.get("model", {}).get("settings", {}).get("backend") or "-")
 
 
 def run_pairs(datasets: list[str], models: list[str], options) -> tuple[list, list[str]]:
@@ -193,9 +208,9 @@ def run_pairs(datasets: list[str], models: list[str], options) -> tuple[list, li
                     raise
                 failures.append(f"{dataset} x {model}: {error}")
                 continue
-            rows.append(
-                (result.dataset, result.model, result.metrics, time.perf_counter() - started, result.reused)
-            )
+            seconds = time.perf_counter() - started
+            label = backend_label(result)
+            rows.append((result.dataset, result.model, label, result.metrics, seconds, result.reused))
             log.info("wrote %s", result.directory)
     return rows, failures
 
