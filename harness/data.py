@@ -16,7 +16,6 @@ import codecs
 import dataclasses
 import difflib
 import functools
-import io
 import json
 import logging
 import os
@@ -252,7 +251,7 @@ def _iter_json_records(
     path: Path, what: str, start: tuple[int, int] | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line of a JSON-lines file (from ``start`` if given)."""
-    lines = iter_lines(path) if start is None else _iter_lines_from(path, *start)
+    lines = iter_lines(path) if start is None else iter_lines(path, *start)
     for number, line in lines:
         if not line.strip():
             continue
@@ -287,16 +286,6 @@ def iter_corpus(path: str | Path, start: tuple[int, int] | None = None) -> Itera
     path = Path(path)
     for number, record in _iter_json_records(path, "document", start):
         yield _parse_document(path, number, record)
-
-
-def _iter_lines_from(path: Path, offset: int, first_line: int) -> Iterator[tuple[int, str]]:
-    """``iter_lines`` from a byte offset at a line start (plain files only: gzip cannot seek cheaply)."""
-    with open(path, "rb") as raw:
-        raw.seek(offset)
-        encoding = "utf-8-sig" if offset == 0 else "utf-8"
-        with io.TextIOWrapper(raw, encoding=encoding, newline=None) as handle:
-            for number, line in enumerate(handle, start=first_line):
-                yield number, line.rstrip("\r\n")
 
 
 def corpus_shard_starts(

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from harness.errors import HarnessError, InputError
+
 
 def open_text(path: str | Path) -> IO[str]:
     """Open a text file for reading: ``.gz`` transparently, UTF-8 with or without BOM, any newline."""
@@ -22,11 +24,46 @@ def open_text(path: str | Path) -> IO[str]:
     return open(path, encoding="utf-8-sig", newline=None)
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` with 1-based numbers and the line ending removed."""
-    with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            yield number, line.rstrip("\r\n")
+def iter_lines(path: str | Path, offset: int = 0, first_line: int = 1) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` with 1-based numbers and the line ending removed.
+
+    ``offset`` (a byte offset at a line start, plain files only: gzip cannot seek cheaply) and
+    ``first_line`` (that line's number) start the reading part-way. Text that is not UTF-8 and files
+    that cannot be read end in one ``HarnessError`` naming the file (and the line), for every reader.
+    """
+    path = Path(path)
+    number = first_line - 1
+    try:
+        if offset:
+            raw = open(path, "rb")  # noqa: SIM115 (closed by the TextIOWrapper below)
+            raw.seek(offset)
+            handle = io.TextIOWrapper(raw, encoding="utf-8", newline=None)
+        else:
+            handle = open_text(path)
+        with handle:
+            for number, line in enumerate(handle, start=first_line):
+                yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError as error:
+        # Text is decoded in blocks, so the error may surface before the bad line: find it exactly.
+        line, reason = _first_undecodable_line(path) or (number + 1, error.reason)
+        raise InputError(path, line, f"not UTF-8 text ({reason})", "save the file as UTF-8") from None
+    except (OSError, EOFError) as error:  # unreadable, or a truncated/corrupt .gz
+        raise HarnessError(f"cannot read {path}: {error}") from None
+
+
+def _first_undecodable_line(path: Path) -> tuple[int, str] | None:
+    """``(line number, reason)`` of the first line that is not UTF-8 (only called once decoding failed)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as raw:
+            for number, line in enumerate(raw, start=1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    return number, error.reason
+    except (OSError, EOFError):
+        return None
+    return None
 
 
 @contextlib.contextmanager

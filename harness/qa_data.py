@@ -161,11 +161,7 @@ def read_predictions(
     records: list[QARecord] = []
     first_line: dict[str, int] = {}
     result = QAFile(path=path, records=records)
-    try:
-        lines = list(iter_lines(path))
-    except UnicodeDecodeError as error:
-        raise InputError(path, None, f"not UTF-8 text ({error.reason})", "save the file as UTF-8") from None
-    for number, text in lines:
+    for number, text in iter_lines(path):
         if not text.strip():
             continue
         try:

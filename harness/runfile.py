@@ -70,45 +70,40 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     qrels: Qrels = {}
     n_columns = None
     line_number = 0
-    try:
-        for line_number, line in iter_lines(path):
-            fields = line.split()
-            if not fields:
-                continue
-            if n_columns is None:
-                if len(fields) not in (3, 4):
-                    raise InputError(path, line_number, f"found {len(fields)} columns", QRELS_LINE_HELP)
-                n_columns = len(fields)
-                if n_columns == 3 and not _is_int(fields[2]):
-                    continue  # the BEIR header line `query-id corpus-id score`
-            if len(fields) != n_columns:
-                raise InputError(
-                    path,
-                    line_number,
-                    f"found {len(fields)} columns, earlier lines have {n_columns}",
-                    QRELS_LINE_HELP,
-                )
-            qid, docid, rel_text = fields[0], fields[-2], fields[-1]
-            if not _is_int(rel_text):
-                raise InputError(
-                    path,
-                    line_number,
-                    f"relevance {rel_text!r} is not an integer",
-                    "relevance grades are whole numbers such as 0, 1, 2",
-                )
-            judged = qrels.setdefault(qid, {})
-            if docid in judged:
-                raise InputError(
-                    path,
-                    line_number,
-                    f"duplicate judgment for query {qid!r}, document {docid!r}",
-                    "each (qid, docid) pair may appear once",
-                )
-            judged[docid] = int(rel_text)
-    except UnicodeDecodeError as error:
-        raise InputError(path, line_number + 1, f"not UTF-8 text ({error.reason})") from None
-    except (OSError, EOFError) as error:  # unreadable, or a truncated/corrupt .gz
-        raise HarnessError(f"cannot read {path}: {error}") from None
+    for line_number, line in iter_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if n_columns is None:
+            if len(fields) not in (3, 4):
+                raise InputError(path, line_number, f"found {len(fields)} columns", QRELS_LINE_HELP)
+            n_columns = len(fields)
+            if n_columns == 3 and not _is_int(fields[2]):
+                continue  # the BEIR header line `query-id corpus-id score`
+        if len(fields) != n_columns:
+            raise InputError(
+                path,
+                line_number,
+                f"found {len(fields)} columns, earlier lines have {n_columns}",
+                QRELS_LINE_HELP,
+            )
+        qid, docid, rel_text = fields[0], fields[-2], fields[-1]
+        if not _is_int(rel_text):
+            raise InputError(
+                path,
+                line_number,
+                f"relevance {rel_text!r} is not an integer",
+                "relevance grades are whole numbers such as 0, 1, 2",
+            )
+        judged = qrels.setdefault(qid, {})
+        if docid in judged:
+            raise InputError(
+                path,
+                line_number,
+                f"duplicate judgment for query {qid!r}, document {docid!r}",
+                "each (qid, docid) pair may appear once",
+            )
+        judged[docid] = int(rel_text)
     if not qrels:
         raise InputError(path, max(line_number, 1), "no judgments in file (empty file?)", QRELS_LINE_HELP)
     return qrels
@@ -203,35 +198,30 @@ def _add_batch(run: Run, batch: pyarrow.RecordBatch) -> bool:
 def _read_run_careful(path: Path) -> Run:
     run: Run = {}
     line_number = 0
-    try:
-        for line_number, line in iter_lines(path):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise InputError(path, line_number, f"found {len(fields)} columns", RUN_LINE_HELP)
-            qid, _, docid, _, score_text, _ = fields
-            try:
-                score = float(score_text)
-            except ValueError:
-                raise InputError(
-                    path, line_number, f"score {score_text!r} is not a number", RUN_LINE_HELP
-                ) from None
-            if math.isnan(score):
-                raise InputError(path, line_number, "score is NaN", "every document needs a comparable score")
-            ranking = run.setdefault(qid, {})
-            if docid in ranking:
-                raise InputError(
-                    path,
-                    line_number,
-                    f"duplicate document {docid!r} for query {qid!r}",
-                    "trec_eval rejects runs that list a (qid, docid) pair twice",
-                )
-            ranking[docid] = score
-    except UnicodeDecodeError as error:
-        raise InputError(path, line_number + 1, f"not UTF-8 text ({error.reason})") from None
-    except (OSError, EOFError) as error:  # unreadable, or a truncated/corrupt .gz
-        raise HarnessError(f"cannot read {path}: {error}") from None
+    for line_number, line in iter_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 6:
+            raise InputError(path, line_number, f"found {len(fields)} columns", RUN_LINE_HELP)
+        qid, _, docid, _, score_text, _ = fields
+        try:
+            score = float(score_text)
+        except ValueError:
+            raise InputError(
+                path, line_number, f"score {score_text!r} is not a number", RUN_LINE_HELP
+            ) from None
+        if math.isnan(score):
+            raise InputError(path, line_number, "score is NaN", "every document needs a comparable score")
+        ranking = run.setdefault(qid, {})
+        if docid in ranking:
+            raise InputError(
+                path,
+                line_number,
+                f"duplicate document {docid!r} for query {qid!r}",
+                "trec_eval rejects runs that list a (qid, docid) pair twice",
+            )
+        ranking[docid] = score
     if not run:
         raise InputError(path, max(line_number, 1), "no run lines (empty file)", RUN_LINE_HELP)
     return run

@@ -72,3 +72,11 @@ def tiny_st_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -
     from tiny_bert import build_tiny_sentence_transformer
 
     return build_tiny_sentence_transformer(tmp_path_factory.mktemp("models") / "tiny-st", tiny_bert_dir)
+
+
+@pytest.fixture(scope="session")
+def scifact_reference(tmp_path_factory, beir_mirror: Path, tiny_st_dir: Path):
+    """``(result, root)`` of one single-worker run of the tiny model on scifact, shared by the scale tests."""
+    from scale_fixtures import reference_run
+
+    return reference_run(tmp_path_factory, beir_mirror, tiny_st_dir)

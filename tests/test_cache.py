@@ -11,12 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_bert import tiny_record
 
 from harness.cache import EmbeddingCache, encode_corpus_shards, shard_paths
 from harness.cli import main
 from harness.data import load_dataset
 from harness.encode import Encoder
-from harness.models import ModelRecord, resolve_record
+from harness.models import resolve_record
 from harness.paths import REPO_ROOT
 
 DOCS = [
@@ -50,20 +51,6 @@ def beir_folder(tmp_path: Path) -> Path:
     return folder
 
 
-def _record(model_dir: Path, **overrides) -> ModelRecord:
-    settings = dict(
-        name="tiny",
-        model_id=str(model_dir),
-        backend="transformers",
-        pooling="mean",
-        normalize=False,
-        similarity="dot",
-        max_length=16,
-    )
-    settings.update(overrides)
-    return ModelRecord(**settings)
-
-
 class CountingEncoder(Encoder):
     """An Encoder that records how many documents and queries it was asked to encode."""
 
@@ -82,7 +69,7 @@ class CountingEncoder(Encoder):
 
 
 def _encoder(model_dir: Path, **overrides) -> CountingEncoder:
-    return CountingEncoder(resolve_record(_record(model_dir, **overrides)), device="cpu", batch_size=2)
+    return CountingEncoder(resolve_record(tiny_record(model_dir, **overrides)), device="cpu", batch_size=2)
 
 
 def test_corpus_is_stored_in_file_order_shards_equal_to_direct_encoding(tmp_path, beir_folder, tiny_bert_dir):

@@ -126,3 +126,17 @@ def test_json_string_values_are_checked(tmp_path: Path, capsys):
     root = _write(tmp_path / "bad", docs, GOOD_QUERIES, GOOD_QRELS)
     assert main(["data", "verify", str(root)]) == 2
     assert "corpus.jsonl:2: `text` must be a string (_id 'd2')" in capsys.readouterr().err
+
+
+def test_text_that_is_not_utf8_names_the_exact_line(tmp_path: Path, capsys):
+    # Text is decoded in blocks of several lines: the error must still name the bad line, not the block.
+    docs = [json.dumps({"_id": f"d{i}", "text": f"document {i}"}) for i in range(1, 301)]
+    root = _write(tmp_path / "bad", docs, GOOD_QUERIES, GOOD_QRELS[:2])
+    corpus = root / "corpus.jsonl"
+    lines = corpus.read_bytes().split(b"\n")
+    lines[199] = b'{"_id": "d200", "text": "caf\xe9"}'  # Latin-1, not UTF-8
+    corpus.write_bytes(b"\n".join(lines))
+    assert main(["data", "verify", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {corpus}:200: not UTF-8 text (") and err.count("\n") == 1, err
+    assert "save the file as UTF-8" in err

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_bert import tiny_record
 
 from harness.data import Document
 from harness.encode import Encoder, pick_device
@@ -51,26 +52,12 @@ def _hand_vectors(
     return vectors
 
 
-def _tiny_record(folder: Path, **overrides) -> ModelRecord:
-    settings = dict(
-        name="tiny",
-        model_id=str(folder),
-        backend="transformers",
-        pooling="mean",
-        normalize=False,
-        similarity="dot",
-        max_length=16,
-    )
-    settings.update(overrides)
-    return ModelRecord(**settings)
-
-
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_transformers_backend_pooling_matches_hand_computation(
     tiny_bert_dir: Path, pooling: str, normalize: bool
 ):
-    record = _tiny_record(tiny_bert_dir, pooling=pooling, normalize=normalize, query_prefix="query: ")
+    record = tiny_record(tiny_bert_dir, pooling=pooling, normalize=normalize, query_prefix="query: ")
     encoder = Encoder(resolve_record(record), device="cpu", batch_size=2)
     got = encoder.encode_queries(TEXTS)
     want = _hand_vectors(tiny_bert_dir, [f"query: {t}" for t in TEXTS], pooling, 16, normalize)
@@ -88,7 +75,7 @@ def test_transformers_backend_pooling_matches_hand_computation(
 
 
 def test_document_text_joins_title_like_beir_and_adds_prefix(tiny_bert_dir: Path):
-    record = _tiny_record(tiny_bert_dir, doc_prefix="passage: ", max_length=32)
+    record = tiny_record(tiny_bert_dir, doc_prefix="passage: ", max_length=32)
     encoder = Encoder(resolve_record(record), device="cpu", batch_size=4)
     docs = [
         Document("d1", "Immune cells", "  They fight cancer. "),
@@ -143,7 +130,7 @@ def test_record_max_length_overrides_the_folder(tiny_st_dir: Path, tiny_bert_dir
 
 
 def test_record_that_contradicts_the_model_folder_is_refused(tiny_st_dir: Path):
-    wrong = _tiny_record(tiny_st_dir, backend="sentence-transformers", pooling="cls", normalize=True)
+    wrong = tiny_record(tiny_st_dir, backend="sentence-transformers", pooling="cls", normalize=True)
     encoder = Encoder(resolve_record(wrong), device="cpu")
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
@@ -160,7 +147,7 @@ def test_chunked_encoding_keeps_input_order_and_reports_progress(tiny_bert_dir: 
     rng = np.random.default_rng(0)
     words = ["cell", "protein", "gene", "virus", "cancer", "blood", "brain", "study", "effect", "risk"]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 12)))) for _ in range(70)]
-    encoder = Encoder(resolve_record(_tiny_record(tiny_bert_dir)), device="cpu", batch_size=2)
+    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2)
     counter = Counter()
     together = encoder.encode_texts(texts, progress=counter)  # 70 texts = 3 chunks of up to 32
     one_by_one = np.concatenate([encoder.encode_texts([text]) for text in texts])
@@ -174,7 +161,7 @@ def test_model_loads_lazily_and_bad_folder_fails_in_one_line(tmp_path: Path, tin
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    encoder = Encoder(resolve_record(_tiny_record(folder)), device="cpu")
+    encoder = Encoder(resolve_record(tiny_record(folder)), device="cpu")
     assert encoder.settings()["max_length"] == 16  # settings need no model
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
@@ -195,7 +182,7 @@ def test_pick_device(monkeypatch: pytest.MonkeyPatch):
 
 def test_encoder_refuses_bad_arguments(tiny_bert_dir: Path):
     with pytest.raises(HarnessError, match="batch size"):
-        Encoder(resolve_record(_tiny_record(tiny_bert_dir)), batch_size=0)
+        Encoder(resolve_record(tiny_record(tiny_bert_dir)), batch_size=0)
     bm25 = ModelRecord(name="bm25", backend="bm25")
     with pytest.raises(HarnessError, match="no dense encoder"):
         Encoder(resolve_record(bm25))

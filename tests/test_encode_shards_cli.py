@@ -7,18 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scale_fixtures import HEADLINE, SHARD_SIZE, corpus_entry, corpus_vectors, reference_run, scifact_folder
+from scale_fixtures import HEADLINE, SHARD_SIZE, corpus_entry, corpus_vectors, scifact_folder
 
 from harness.cache import shard_paths
 from harness.cli import main
 from harness.results import load_result
 
 DOC_IDS = [f"d{i}" for i in range(11)]
-
-
-@pytest.fixture(scope="session")
-def scifact_reference(tmp_path_factory, beir_mirror, tiny_st_dir):
-    return reference_run(tmp_path_factory, beir_mirror, tiny_st_dir)
 
 
 @pytest.fixture

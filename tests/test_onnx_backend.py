@@ -5,17 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_bert import tiny_record
 
 from harness import onnx_backend
 from harness.cli import main
 from harness.data import Document
 from harness.encode import Encoder
 from harness.errors import HarnessError
-from harness.models import ModelRecord, resolve_model, resolve_record
+from harness.models import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
@@ -27,18 +29,8 @@ TEXTS = [
 ]
 
 
-def _tiny_record(folder: Path, **overrides) -> ModelRecord:
-    settings = dict(
-        name="tiny",
-        model_id=str(folder),
-        backend="transformers",
-        pooling="mean",
-        normalize=False,
-        similarity="dot",
-        max_length=24,
-    )
-    settings.update(overrides)
-    return ModelRecord(**settings)
+# The record these tests run the tiny BERT with (call arguments override these).
+_tiny_record = partial(tiny_record, max_length=24)
 
 
 def _encoder(model, cache: Path, **options) -> Encoder:
@@ -98,7 +90,9 @@ def test_int8_is_quantized_once_close_to_fp32_and_recorded(tiny_st_dir: Path, tm
     described = first.describe()
     assert described["label"] == "onnx int8" and first.settings()["precision"] == "int8"
     quantization = described["onnx_export"]["quantization"]
-    assert quantization["settings"]["per_channel"] is True and quantization["settings"]["weight_type"] == "QInt8"
+    assert (
+        quantization["settings"]["per_channel"] is True and quantization["settings"]["weight_type"] == "QInt8"
+    )
     # Approximate, not exact: the int8 weights move the vectors, but not far.
     cosines = (int8 * fp32).sum(axis=1) / np.linalg.norm(int8, axis=1) / np.linalg.norm(fp32, axis=1)
     assert onnx_backend.relative_error(int8, fp32) > onnx_backend.EXACT_TOLERANCE

@@ -14,7 +14,6 @@ from scale_fixtures import (
     corpus_entry,
     corpus_vectors,
     eval_options,
-    reference_run,
     run_lines,
     scifact_folder,
 )
@@ -29,11 +28,6 @@ from harness.parallel import EncoderSpec, LocalPool, WorkerSlot, parse_devices, 
 from harness.pipeline import run_eval
 
 DOC_IDS = [f"d{i}" for i in range(11)]
-
-
-@pytest.fixture(scope="session")
-def scifact_reference(tmp_path_factory, beir_mirror, tiny_st_dir):
-    return reference_run(tmp_path_factory, beir_mirror, tiny_st_dir)
 
 
 def _write_beir(folder: Path, corpus_lines: list[str]) -> Path:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_bert import tiny_record
 
 from harness import encode
 from harness.cache import EmbeddingCache
@@ -24,18 +26,8 @@ TEXTS = [
 ]
 
 
-def _tiny_record(folder: Path, **overrides) -> ModelRecord:
-    settings = dict(
-        name="tiny",
-        model_id=str(folder),
-        backend="transformers",
-        pooling="mean",
-        normalize=True,
-        similarity="cosine",
-        max_length=32,
-    )
-    settings.update(overrides)
-    return ModelRecord(**settings)
+# The record these tests run the tiny BERT with (call arguments override these).
+_tiny_record = partial(tiny_record, normalize=True, similarity="cosine", max_length=32)
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from scale_fixtures import (
     corpus_entry,
     corpus_vectors,
     eval_options,
-    reference_run,
     run_lines,
     scifact_folder,
 )
@@ -35,11 +34,6 @@ from harness.ray_executor import RayPool, import_ray
 from harness.results import load_result
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-@pytest.fixture(scope="session")
-def scifact_reference(tmp_path_factory, beir_mirror, tiny_st_dir):
-    return reference_run(tmp_path_factory, beir_mirror, tiny_st_dir)
 
 
 @pytest.fixture

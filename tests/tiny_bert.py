@@ -3,7 +3,7 @@
 ``build_tiny_bert(folder)`` writes a plain transformers checkpoint (config.json, model.safetensors,
 WordPiece tokenizer files); ``build_tiny_sentence_transformer(folder, bert_folder)`` wraps one in a
 sentence-transformers folder (modules.json, pooling config, Normalize). Weights are seeded, so two
-builds are identical.
+builds are identical. ``tiny_record(folder)`` is a model record that runs such a checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +20,23 @@ _WORD_TEXT = (
 WORDS = _WORD_TEXT.split()
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 HIDDEN = 32
+
+
+def tiny_record(folder: Path, **overrides):
+    """A ``transformers``-backend record for a tiny checkpoint: mean pooling, dot product, max length 16."""
+    from harness.models import ModelRecord
+
+    settings = dict(
+        name="tiny",
+        model_id=str(folder),
+        backend="transformers",
+        pooling="mean",
+        normalize=False,
+        similarity="dot",
+        max_length=16,
+    )
+    settings.update(overrides)
+    return ModelRecord(**settings)
 
 
 def build_tiny_bert(folder: Path, *, seed: int = 0, max_positions: int = 64) -> Path:

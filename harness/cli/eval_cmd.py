@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from harness.cli.common import positive_int
 from harness.errors import HarnessError
 from harness.models import PRECISIONS, RUNTIMES
 from harness.paths import default_cache_dir, default_data_dir, default_results_dir
@@ -14,23 +15,13 @@ from harness.paths import default_cache_dir, default_data_dir, default_results_d
 log = logging.getLogger(__name__)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
-
-
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The pipeline's options; shared with commands that run evaluations (reproduce, compare)."""
     from harness.pipeline import DEFAULT_METRICS
 
     parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
-    parser.add_argument("--top-k", type=_positive_int, default=1000, help="documents retrieved per query")
-    parser.add_argument("--batch-size", type=_positive_int, default=128, help="encoding batch size")
+    parser.add_argument("--top-k", type=positive_int, default=1000, help="documents retrieved per query")
+    parser.add_argument("--batch-size", type=positive_int, default=128, help="encoding batch size")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
     parser.add_argument(
         "--index",
@@ -55,9 +46,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-identical-ids", dest="drop_identical_ids", action="store_const", const=False
     )
     parser.add_argument(
-        "--metrics", nargs="+", default=DEFAULT_METRICS, help="metric names (ndcg@10, map, ...) or bare families"
+        "--metrics",
+        nargs="+",
+        default=DEFAULT_METRICS,
+        help="metric names (ndcg@10, map, ...) or bare families",
     )
-    parser.add_argument("--ks", nargs="+", type=_positive_int, help="cut-offs that bare family names expand to")
+    parser.add_argument(
+        "--ks", nargs="+", type=positive_int, help="cut-offs that bare family names expand to"
+    )
     parser.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
     parser.add_argument(
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
@@ -65,7 +61,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="qrels naming unknown ids are errors")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
     parser.add_argument(
-        "--shard-size", type=_positive_int, default=50_000, help="documents per embedding shard"
+        "--shard-size", type=positive_int, default=50_000, help="documents per embedding shard"
     )
     parser.add_argument("--force", action="store_true", help="recompute even when an equal result exists")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -86,7 +82,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     scale.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         help="encoding workers (default: one per GPU, else one CPU process per 4 cores)",
     )
     scale.add_argument("--devices", help="comma-separated devices, one worker each, e.g. cuda:0,cuda:1")
