@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.errors import HarnessError
-from harness.paths import default_cache_dir, default_data_dir, default_results_dir
-from harness.results import StoredResult, load_result, result_dir, write_result
+from harness.core.errors import HarnessError
+from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.results.store import StoredResult, load_result, result_dir, write_result
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class EvalOptions:
     force: bool = False
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)
-    # How the corpus is encoded (harness.parallel); recorded in provenance but never part of the
+    # How the corpus is encoded (harness.encoding.pool); recorded in provenance but never part of the
     # result-reuse config or the cache key: every plan writes the same vectors.
     workers: int | None = None
     devices: list[str] | None = None
@@ -140,7 +140,7 @@ def _resolved_config(
     """The settings that determine the numbers; equal configs mean a result can be reused."""
     libraries = {}
     if model.record.backend == "bm25":
-        from harness.bm25 import library_versions
+        from harness.retrieval.bm25 import library_versions
 
         # A new stemmer release changes BM25 scores, so it must not reuse an old result.
         libraries = library_versions()
@@ -178,10 +178,10 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
 
 
 def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
-    from harness.cache import EmbeddingCache
-    from harness.encode import Encoder
-    from harness.parallel import encoding_plan_for
-    from harness.search import dense_search
+    from harness.encoding.store import EmbeddingCache
+    from harness.encoding.encoder import Encoder
+    from harness.encoding.pool import encoding_plan_for
+    from harness.retrieval.dense import dense_search
 
     with timer.stage("load_model"):
         encoder = Encoder(
@@ -224,7 +224,7 @@ def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical:
 
 
 def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer: StageTimer):
-    from harness.bm25 import BM25Retriever
+    from harness.retrieval.bm25 import BM25Retriever
 
     retriever = BM25Retriever(model.record, cache_dir=options.cache_dir, progress=options.progress)
     with timer.stage("retrieve"):
@@ -237,8 +237,8 @@ def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer:
 
 def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
     """Resolve (and if needed download) the dataset and the model record; fails fast on bad names."""
-    from harness.data import load_dataset, prepare_dataset
-    from harness.models import resolve_model
+    from harness.datasets.beir import load_dataset, prepare_dataset
+    from harness.models.registry import resolve_model
 
     model = resolve_model(model_spec, trust_remote_code=options.trust_remote_code)
     folder = prepare_dataset(dataset_spec, data_dir=options.data_dir, mirror=options.mirror)
@@ -255,9 +255,9 @@ def run_eval(
     on_stage: Callable[[str], None] | None = None,
 ) -> StoredResult:
     """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
-    from harness.metrics import evaluate, parse_metrics
-    from harness.runfile import write_run
-    from harness.search import parse_index_spec
+    from harness.evaluation.metrics import evaluate, parse_metrics
+    from harness.evaluation.trec import write_run
+    from harness.retrieval.dense import parse_index_spec
 
     options = options or EvalOptions()
     timer = StageTimer()

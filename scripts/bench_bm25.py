@@ -14,14 +14,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.paths import REPO_ROOT
+from harness.core.paths import REPO_ROOT
 
 
 def measure_bm25(dataset_dir: Path, model: str = "bm25", split: str = "test", top_k: int = 1000) -> dict:
     """Build the index in an empty cache, then load it again, timing index and query stages separately."""
-    from harness.bm25 import BM25Retriever, library_versions
-    from harness.data import load_dataset
-    from harness.models import resolve_model
+    from harness.retrieval.bm25 import BM25Retriever, library_versions
+    from harness.datasets.beir import load_dataset
+    from harness.models.registry import resolve_model
 
     dataset = load_dataset(dataset_dir, split)
     record = resolve_model(model).record

@@ -41,7 +41,7 @@ def _minilm_path() -> str:
 def measure_floor(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
     from sentence_transformers import SentenceTransformer
 
-    from harness.data import load_dataset
+    from harness.datasets.beir import load_dataset
 
     dataset = load_dataset(dataset_dir, "test")
     started = time.perf_counter()

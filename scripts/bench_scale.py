@@ -56,8 +56,8 @@ def unit_vectors(start: int, stop: int, dim: int, clusters: int, seed: int) -> n
 
 def write_corpus(directory: Path, docs: int, dim: int, shard_size: int, clusters: int) -> None:
     """The synthetic corpus as a finished embedding-cache entry (shards + manifest)."""
-    from harness.cache import write_shard
-    from harness.fileio import atomic_write_json
+    from harness.encoding.store import write_shard
+    from harness.core.fileio import atomic_write_json
 
     directory.mkdir(parents=True, exist_ok=True)
     num_shards = math.ceil(docs / shard_size)
@@ -104,8 +104,8 @@ def measure(args: argparse.Namespace) -> None:
     """One search in this (fresh) process; prints a JSON line with its peak RSS and timings."""
     import faiss  # noqa: F401  (loaded before the baseline so the library itself is not counted twice)
 
-    from harness.cache import ShardedEmbeddings
-    from harness.search import IndexSpec, all_doc_ids, build_or_load_index, search_exact, search_index
+    from harness.encoding.store import ShardedEmbeddings
+    from harness.retrieval.dense import IndexSpec, all_doc_ids, build_or_load_index, search_exact, search_index
 
     directory = Path(args.directory)
     embeddings = ShardedEmbeddings(directory, json.loads((directory / "manifest.json").read_text()))

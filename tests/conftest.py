@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import REPO_ROOT
+from harness.core.paths import REPO_ROOT
 
 
 def _shared_dir() -> Path:

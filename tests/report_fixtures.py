@@ -3,18 +3,18 @@
 The runs are constructed so their scores are known without running any harness code: a run that ranks a
 query's judged documents first (by grade) has nDCG@10 = 1 for that query; one that puts ten unjudged
 documents in front of them has nDCG@10 = 0; one that puts a hundred in front also has Recall@100 = 0.
-The metrics are computed by the real ``harness.metrics.evaluate`` and written with the real
-``harness.runfile.write_run`` and ``harness.results.write_result``.
+The metrics are computed by the real ``harness.evaluation.metrics.evaluate`` and written with the real
+``harness.evaluation.trec.write_run`` and ``harness.results.store.write_result``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.data import load_qrels
-from harness.fileio import file_digest
-from harness.results import result_dir, write_result
-from harness.runfile import write_run
+from harness.datasets.beir import load_qrels
+from harness.core.fileio import file_digest
+from harness.results.store import result_dir, write_result
+from harness.evaluation.trec import write_run
 
 METRICS = ["ndcg@10", "recall@100"]
 
@@ -63,7 +63,7 @@ def make_result(
     folder: Path | None = None,
 ) -> Path:
     """Evaluate ``run`` with the real evaluator and write a complete result folder; returns it."""
-    from harness.metrics import evaluate
+    from harness.evaluation.metrics import evaluate
 
     evaluation = evaluate(qrels, run, METRICS)
     payload = {

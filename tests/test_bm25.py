@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.bm25 import BM25Params, BM25Retriever
-from harness.data import load_dataset
-from harness.errors import HarnessError
-from harness.models import ModelRecord, find_record, model_registry
-from harness.paths import REPO_ROOT
+from harness.retrieval.bm25 import BM25Params, BM25Retriever
+from harness.datasets.beir import load_dataset
+from harness.core.errors import HarnessError
+from harness.models.registry import ModelRecord, find_record, model_registry
+from harness.core.paths import REPO_ROOT
 
 DOCUMENTS = [
     {"_id": "d1", "title": "Cats", "text": "A cat likes to purr and sleep in the sun."},
@@ -225,9 +225,9 @@ def test_registry_records_load() -> None:
 _BUILD_SCRIPT = """
 import json, sys
 from pathlib import Path
-from harness.bm25 import BM25Retriever
-from harness.data import load_dataset
-from harness.models import ModelRecord
+from harness.retrieval.bm25 import BM25Retriever
+from harness.datasets.beir import load_dataset
+from harness.models.registry import ModelRecord
 record = ModelRecord(name="bm25-test", backend="bm25", params={})
 retriever = BM25Retriever(record, cache_dir=Path(sys.argv[2]), progress=False)
 run = retriever.retrieve(load_dataset(Path(sys.argv[1]), "test"), 10)
@@ -266,7 +266,7 @@ PYSERINI_FLAT_SCIFACT = {"ndcg@10": 0.6789, "recall@100": 0.9253}
 
 
 def _scifact_metrics(model: str, beir_mirror: Path, tmp_path: Path) -> dict[str, float]:
-    from harness.metrics import evaluate
+    from harness.evaluation.metrics import evaluate
 
     dataset = load_dataset(beir_mirror / "scifact", "test")
     run, _ = run_once(find_record(model), dataset, tmp_path / "cache", top_k=1000)

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness.cache import EmbeddingCache, encode_corpus_shards, shard_paths
+from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
 from harness.cli import main
-from harness.data import load_dataset
-from harness.encode import Encoder
-from harness.models import resolve_record
-from harness.paths import REPO_ROOT
+from harness.datasets.beir import load_dataset
+from harness.encoding.encoder import Encoder
+from harness.models.registry import resolve_record
+from harness.core.paths import REPO_ROOT
 
 DOCS = [
     ("d0", "Immune cells", "They fight cancer in the blood."),
@@ -178,10 +178,10 @@ def test_workers_can_fill_disjoint_shards_of_one_entry(tmp_path, beir_folder, ti
 _KILLED_CHILD = """
 import sys, time
 from pathlib import Path
-from harness.cache import EmbeddingCache
-from harness.data import load_dataset
-from harness.encode import Encoder
-from harness.models import ModelRecord, resolve_record
+from harness.encoding.store import EmbeddingCache
+from harness.datasets.beir import load_dataset
+from harness.encoding.encoder import Encoder
+from harness.models.registry import ModelRecord, resolve_record
 
 data_dir, model_dir, cache_dir = sys.argv[1:4]
 record = ModelRecord(name="tiny", model_id=model_dir, backend="transformers", pooling="mean",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import harness.data as data
+import harness.datasets.beir as data
 from harness.cli import main
-from harness.data import iter_corpus, load_dataset, load_qrels, load_queries
-from harness.errors import HarnessError, InputError
-from harness.fileio import file_digest
+from harness.datasets.beir import iter_corpus, load_dataset, load_qrels, load_queries
+from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import file_digest
 
 
 def write_dataset(
@@ -100,7 +100,7 @@ def test_fingerprint_is_the_sha256_of_the_three_files(beir_mirror: Path):
 
 def test_fingerprint_is_remembered_until_the_file_changes(tmp_path: Path, beir_mirror: Path, monkeypatch):
     root = tmp_path / "scifact"
-    shutil.copytree(beir_mirror / "scifact", root)
+    shutil.copytree(beir_mirror / "scifact", root, ignore=shutil.ignore_patterns(".*"))
     root.chmod(0o755)  # the mirror is read-only; this copy is the user's own writable folder
     first = load_dataset(root).fingerprint()
     assert (root / data.SIDECAR_FILE).is_file()
@@ -123,12 +123,17 @@ def test_fingerprint_is_remembered_until_the_file_changes(tmp_path: Path, beir_m
 def test_read_only_folder_gets_no_sidecar(tmp_path: Path, beir_mirror: Path):
     """A shared mirror stays untouched, even for root (who passes every access check)."""
     root = tmp_path / "scifact"
-    shutil.copytree(beir_mirror / "scifact", root)
+    shutil.copytree(beir_mirror / "scifact", root, ignore=shutil.ignore_patterns(".*"))
     root.chmod(0o555)
     data._MEMO.clear()
     assert load_dataset(root).fingerprint()["corpus.jsonl"]
     assert not (root / data.SIDECAR_FILE).exists()
-    assert not (beir_mirror / "scifact" / data.SIDECAR_FILE).exists()
+    # Loading straight from the shared mirror leaves every file there as it was (a sidecar may ship with it).
+    mirror = beir_mirror / "scifact"
+    before = {path.name: path.stat().st_mtime_ns for path in mirror.iterdir()}
+    data._MEMO.clear()
+    assert load_dataset(mirror).fingerprint()["corpus.jsonl"]
+    assert {path.name: path.stat().st_mtime_ns for path in mirror.iterdir()} == before
 
 
 def test_nfcorpus_qrels_keep_graded_relevance(beir_mirror: Path):

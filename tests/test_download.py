@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.data import get_dataset_record, load_dataset, prepare_dataset
-from harness.download import DownloadError, fetch_url, install_dataset, safe_extract
-from harness.errors import HarnessError
-from harness.fileio import file_digest
-from harness.paths import REPO_ROOT
+from harness.datasets.beir import get_dataset_record, load_dataset, prepare_dataset
+from harness.datasets.download import DownloadError, fetch_url, install_dataset, safe_extract
+from harness.core.errors import HarnessError
+from harness.core.fileio import file_digest
+from harness.core.paths import REPO_ROOT
 
 SCIFACT_FILES = ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv"]
 
@@ -352,7 +352,7 @@ def test_verify_fails_on_a_tampered_copy(beir_mirror: Path, tmp_path: Path, caps
 
 def test_mirror_folder_failing_its_pins_is_refused(beir_mirror: Path, tmp_path: Path):
     mirror = tmp_path / "mirror"
-    shutil.copytree(beir_mirror / "scifact", mirror / "scifact")
+    shutil.copytree(beir_mirror / "scifact", mirror / "scifact", ignore=shutil.ignore_patterns(".*"))
     with open(mirror / "scifact" / "queries.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"_id": "extra", "text": "not in the official file"}\n')
     record = dataclasses.replace(get_dataset_record("scifact"), url=f"{_dead_url()}/scifact.zip")
@@ -379,7 +379,7 @@ def test_prepare_dataset_is_a_no_op_when_present_and_verified(beir_mirror: Path,
     data_dir = tmp_path / "data"
     folder = prepare_dataset("scifact", data_dir, mirror=str(beir_mirror))
 
-    import harness.download as download
+    import harness.datasets.download as download
 
     def no_network(*args, **kwargs):
         raise AssertionError("tried to download")
@@ -451,7 +451,7 @@ def test_hub_copy_is_exported_as_a_beir_folder_and_checked_by_counts(
     # shared scifact files, laid out like BeIR/scifact and BeIR/scifact-qrels.
     import datasets
 
-    from harness.data import load_qrels, load_queries
+    from harness.datasets.beir import load_qrels, load_queries
 
     corpus = [doc._asdict() for doc in load_dataset(beir_mirror / "scifact").iter_documents()]
     queries = load_queries(beir_mirror / "scifact" / "queries.jsonl")

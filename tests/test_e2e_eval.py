@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.paths import REPO_ROOT
-from harness.runfile import read_run
+from harness.core.paths import REPO_ROOT
+from harness.evaluation.trec import read_run
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness.data import Document
-from harness.encode import Encoder, pick_device
-from harness.errors import HarnessError
-from harness.models import ModelRecord, find_record, resolve_model, resolve_record
+from harness.datasets.beir import Document
+from harness.encoding.encoder import Encoder, pick_device
+from harness.core.errors import HarnessError
+from harness.models.registry import ModelRecord, find_record, resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",

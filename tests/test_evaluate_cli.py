@@ -12,8 +12,8 @@ import pytest
 import pytrec_eval
 
 from harness.cli import main
-from harness.metrics import evaluate
-from harness.runfile import read_qrels, write_run
+from harness.evaluation.metrics import evaluate
+from harness.evaluation.trec import read_qrels, write_run
 
 HARNESS = Path(sys.executable).parent / "harness"
 

@@ -1,7 +1,7 @@
 """Metrics: equal to pytrec_eval where it has the measure, and to a plain reference everywhere.
 
 The reference below is written from the measures' definitions (trec_eval's documentation and
-BEIR's capped recall), loop by loop, sharing no code with ``harness.metrics``.
+BEIR's capped recall), loop by loop, sharing no code with ``harness.evaluation.metrics``.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from harness.errors import HarnessError
-from harness.metrics import evaluate, parse_metrics
-from harness.runfile import read_qrels, write_run
+from harness.core.errors import HarnessError
+from harness.evaluation.metrics import evaluate, parse_metrics
+from harness.evaluation.trec import read_qrels, write_run
 
 ALL_METRICS = [
     "ndcg",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError, InputError
-from harness.fileio import file_digest
-from harness.models import (
+from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import file_digest
+from harness.models.registry import (
     DEFAULT_MODEL,
     close_matches,
     model_registry,
@@ -143,7 +143,7 @@ def test_folder_with_weights_but_no_config_fails_in_one_line(tmp_path: Path, tin
 def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     tiny_st_dir: Path, caplog: pytest.LogCaptureFixture
 ):
-    with caplog.at_level(logging.WARNING, logger="harness.models"):
+    with caplog.at_level(logging.WARNING, logger="harness.models.registry"):
         model = resolve_model(str(tiny_st_dir))
     record = model.record
     assert (record.backend, record.pooling, record.normalize, record.max_length) == (

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness import onnx_backend
+from harness.encoding import onnx as onnx_backend
 from harness.cli import main
-from harness.data import Document
-from harness.encode import Encoder
-from harness.errors import HarnessError
-from harness.models import resolve_model, resolve_record
+from harness.datasets.beir import Document
+from harness.encoding.encoder import Encoder
+from harness.core.errors import HarnessError
+from harness.models.registry import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",

@@ -18,13 +18,13 @@ from scale_fixtures import (
     scifact_folder,
 )
 
-from harness import parallel
-from harness.cache import encode_corpus_shards, shard_paths
+from harness.encoding import pool as parallel
+from harness.encoding.store import encode_corpus_shards, shard_paths
 from harness.cli import main
-from harness.data import corpus_shard_starts, iter_corpus, load_dataset
-from harness.errors import HarnessError
-from harness.models import resolve_model
-from harness.parallel import EncoderSpec, LocalPool, WorkerSlot, parse_devices, plan_workers
+from harness.datasets.beir import corpus_shard_starts, iter_corpus, load_dataset
+from harness.core.errors import HarnessError
+from harness.models.registry import resolve_model
+from harness.encoding.pool import EncoderSpec, LocalPool, WorkerSlot, parse_devices, plan_workers
 from harness.pipeline import run_eval
 
 DOC_IDS = [f"d{i}" for i in range(11)]

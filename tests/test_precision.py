@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness import encode
-from harness.cache import EmbeddingCache
+from harness.encoding import encoder as encode
+from harness.encoding.store import EmbeddingCache
 from harness.cli import main
-from harness.data import load_dataset
-from harness.encode import Encoder, resolve_runtime, token_batches
-from harness.errors import HarnessError, InputError
-from harness.models import ModelRecord, load_record, resolve_record
+from harness.datasets.beir import load_dataset
+from harness.encoding.encoder import Encoder, resolve_runtime, token_batches
+from harness.core.errors import HarnessError, InputError
+from harness.models.registry import ModelRecord, load_record, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.fileio import file_digest
-from harness.paths import REPO_ROOT
+from harness.core.fileio import file_digest
+from harness.core.paths import REPO_ROOT
 
 MOON = {"golden_answers": ["14 December 1972 UTC", "December 1972"]}
 SEED_ROWS = [
@@ -337,7 +337,7 @@ def test_qa_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_cli_choices_match_the_toolkit() -> None:
     """The CLI lists the choices without importing numpy; they must be the toolkit's own."""
-    from harness import significance
+    from harness.evaluation import significance as significance
     from harness.cli import common
 
     assert common.PAIRED_TESTS == significance.TESTS

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.qa_data import QARecord
-from harness.qa_metrics import (
+from harness.core.errors import HarnessError
+from harness.qa.data import QARecord
+from harness.qa.metrics import (
     ALL_SCORE_KEYS,
     QAScorer,
     accuracy,
@@ -170,7 +170,7 @@ def test_meteor_stages_hand_worked() -> None:
 def test_meteor_without_wordnet_reports_and_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import nltk.data
 
-    import harness.qa_metrics as qa_metrics
+    import harness.qa.metrics as qa_metrics
 
     def not_downloaded(resource: str) -> None:
         raise LookupError(resource)

@@ -24,14 +24,14 @@ from scale_fixtures import (
 )
 
 from harness.cli import main
-from harness.data import load_dataset
-from harness.errors import HarnessError
-from harness.models import resolve_model
-from harness.parallel import EncoderSpec
-from harness.paths import REPO_ROOT
+from harness.datasets.beir import load_dataset
+from harness.core.errors import HarnessError
+from harness.models.registry import resolve_model
+from harness.encoding.pool import EncoderSpec
+from harness.core.paths import REPO_ROOT
 from harness.pipeline import run_eval
-from harness.ray_executor import RayPool, import_ray
-from harness.results import load_result
+from harness.encoding.ray_pool import RayPool, import_ray
+from harness.results.store import load_result
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 

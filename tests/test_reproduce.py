@@ -10,12 +10,12 @@ import yaml
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
-from harness.errors import HarnessError
-from harness.paths import REPO_ROOT
+from harness.core.errors import HarnessError
+from harness.core.paths import REPO_ROOT
 from harness.pipeline import EvalOptions
-from harness.references import load_references
-from harness.reproduce import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
-from harness.results import load_result, result_dir
+from harness.reproduce.references import load_references
+from harness.reproduce.suites import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
+from harness.results.store import load_result, result_dir
 
 BASE_NDCG = 0.5  # half of the scifact queries are pushed below rank 10 in base-model's run
 

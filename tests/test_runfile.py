@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from harness.errors import HarnessError, InputError
-from harness.runfile import read_qrels, read_run, sorted_ranking, top_k_ranking, write_run
+from harness.core.errors import HarnessError, InputError
+from harness.evaluation.trec import read_qrels, read_run, sorted_ranking, top_k_ranking, write_run
 
 
 def _write(path: Path, text: str, newline: str = "\n") -> Path:
@@ -217,7 +217,7 @@ def test_real_beir_qrels(beir_mirror: Path) -> None:
 
 
 def test_single_space_runs_take_the_columnar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.runfile as runfile
+    import harness.evaluation.trec as runfile
 
     run = _random_run(11)
     write_run(tmp_path / "run.trec", run, tag="t")
@@ -233,13 +233,13 @@ def test_single_space_runs_take_the_columnar_path(tmp_path: Path, monkeypatch: p
 
 
 def test_fast_reader_knows_every_character_str_split_splits_on() -> None:
-    from harness.runfile import _WHITESPACE
+    from harness.evaluation.trec import _WHITESPACE
 
     assert set(_WHITESPACE) == {code for code in range(0x110000) if chr(code).isspace()}
 
 
 def test_queries_spanning_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.runfile as runfile
+    import harness.evaluation.trec as runfile
 
     run = _random_run(12)
     write_run(tmp_path / "run.trec", run, tag="t")

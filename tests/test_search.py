@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.errors import HarnessError
-from harness.search import dense_search, parse_index_spec, search_exact
+from harness.core.errors import HarnessError
+from harness.retrieval.dense import dense_search, parse_index_spec, search_exact
 
 
 @dataclass

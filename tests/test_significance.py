@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.errors import HarnessError
-from harness.metrics import evaluate
-from harness.significance import adjust_pvalues, compare_runs, paired_test
+from harness.core.errors import HarnessError
+from harness.evaluation.metrics import evaluate
+from harness.evaluation.significance import adjust_pvalues, compare_runs, paired_test
 
 
 def _per_query_pair(seed: int, n: int, shift: float) -> tuple[np.ndarray, np.ndarray]:

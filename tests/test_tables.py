@@ -237,7 +237,7 @@ def test_corrupt_and_other_version_results_are_reported_and_left_out(
     # 2. A run on another version of the corpus (one document edited -> another sha256).
     edited = tmp_path / "corpus.jsonl"
     edited.write_bytes((beir_mirror / "scifact" / "corpus.jsonl").read_bytes().replace(b"a", b"b", 1))
-    from harness.fileio import file_digest
+    from harness.core.fileio import file_digest
 
     old = make_result(
         root,

@@ -15,7 +15,7 @@ import sys
 from typing import NoReturn
 
 from harness import __version__
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 # Order here is the order ``harness --help`` lists the commands in.
 COMMAND_MODULES: list[str] = [

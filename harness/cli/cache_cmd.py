@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.errors import HarnessError
-from harness.paths import default_cache_dir
+from harness.core.errors import HarnessError
+from harness.core.paths import default_cache_dir
 
 
 def register(subparsers) -> None:
@@ -50,7 +50,7 @@ def _add_cache_dir(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache(args: argparse.Namespace):
-    from harness.cache import EmbeddingCache
+    from harness.encoding.store import EmbeddingCache
 
     return EmbeddingCache(args.cache_dir if args.cache_dir is not None else default_cache_dir())
 

@@ -6,10 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.data import dataset_registry, expand_dataset_names, get_dataset_record
-from harness.errors import HarnessError
-from harness.paths import default_data_dir
-from harness.verify import VerifyResult, installed_source, verify_dataset
+from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
+from harness.core.errors import HarnessError
+from harness.core.paths import default_data_dir
+from harness.datasets.verify import VerifyResult, installed_source, verify_dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -182,7 +182,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from harness.download import install_dataset
+    from harness.datasets.download import install_dataset
 
     if args.retries < 1:
         raise HarnessError(f"--retries must be at least 1, got {args.retries}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 
 def parse_shard_slice(text: str) -> tuple[int, int]:
@@ -33,9 +33,9 @@ def slice_shards(num_shards: int, index: int, count: int) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from harness.cache import EmbeddingCache, finished_shards
+    from harness.encoding.store import EmbeddingCache, finished_shards
     from harness.cli.eval_cmd import options_from_args
-    from harness.parallel import EncoderSpec, encoding_plan_for
+    from harness.encoding.pool import EncoderSpec, encoding_plan_for
     from harness.pipeline import load_inputs
 
     options = options_from_args(args)

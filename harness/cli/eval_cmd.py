@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import positive_int
-from harness.errors import HarnessError
-from harness.models import PRECISIONS, RUNTIMES
-from harness.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.core.errors import HarnessError
+from harness.models.registry import PRECISIONS, RUNTIMES
+from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from harness.parallel import parse_devices
+    from harness.encoding.pool import parse_devices
     from harness.pipeline import EvalOptions
 
     return EvalOptions(
@@ -134,11 +134,11 @@ def options_from_args(args: argparse.Namespace):
 
 def check_specs(datasets: list[str], models: list[str], options) -> None:
     """Fail on an unknown dataset, model, metric or index before any pair starts working."""
-    from harness.data import get_dataset_record
-    from harness.encode import check_encoder_options
-    from harness.metrics import parse_metrics
-    from harness.models import resolve_model
-    from harness.search import parse_index_spec
+    from harness.datasets.beir import get_dataset_record
+    from harness.encoding.encoder import check_encoder_options
+    from harness.evaluation.metrics import parse_metrics
+    from harness.models.registry import resolve_model
+    from harness.retrieval.dense import parse_index_spec
 
     for dataset in datasets:
         if not Path(dataset).is_dir():

@@ -101,15 +101,15 @@ def _cutoffs(args: argparse.Namespace) -> list[int] | None:
 
 
 def _inputs(paths: dict[str, Path]) -> dict:
-    from harness.fileio import file_digest
+    from harness.core.fileio import file_digest
 
     return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from harness.fileio import atomic_write_json
-    from harness.metrics import evaluate
-    from harness.runfile import read_qrels, read_run
+    from harness.core.fileio import atomic_write_json
+    from harness.evaluation.metrics import evaluate
+    from harness.evaluation.trec import read_qrels, read_run
 
     qrels, run = read_qrels(args.qrels), read_run(args.run)
     result = evaluate(
@@ -167,10 +167,10 @@ def _run_labels(paths: list[Path]) -> list[str]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from harness.errors import HarnessError
-    from harness.fileio import atomic_write_json
-    from harness.runfile import read_qrels, read_run
-    from harness.significance import compare_runs
+    from harness.core.errors import HarnessError
+    from harness.core.fileio import atomic_write_json
+    from harness.evaluation.trec import read_qrels, read_run
+    from harness.evaluation.significance import compare_runs
 
     paths = [args.baseline, *args.others]
     labels = _run_labels(paths)

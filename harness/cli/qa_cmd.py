@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import add_significance_arguments
-from harness.errors import HarnessError
-from harness.fileio import atomic_write_json, file_digest
-from harness.qa_data import QAFile, read_predictions
-from harness.qa_metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
+from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write_json, file_digest
+from harness.qa.data import QAFile, read_predictions
+from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
 
 # qa-compare's default: the headline answer-matching scores; ``--metrics all`` tests every per-question score.
 DEFAULT_COMPARE_METRICS = ("em", "acc", "f1")
@@ -198,7 +198,7 @@ def _pair_by_id(file_a: QAFile, file_b: QAFile) -> tuple[list[str], list[str], l
 def run_compare(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from harness.significance import adjust_pvalues, paired_test
+    from harness.evaluation.significance import adjust_pvalues, paired_test
 
     keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
     if not 0 < args.alpha < 1:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import add_significance_arguments, positive_int
-from harness.paths import default_results_dir
+from harness.core.paths import default_results_dir
 
 HEADLINE = ["ndcg@10", "recall@100"]
 
@@ -39,7 +39,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def _tableset(args: argparse.Namespace):
-    from harness.tables import SignificanceSettings, build_tables, collect_results
+    from harness.report.tables import SignificanceSettings, build_tables, collect_results
 
     results_dir = args.results_dir or default_results_dir()
     collection = collect_results(results_dir)
@@ -65,12 +65,12 @@ def _tableset(args: argparse.Namespace):
 
 
 def run_table(args: argparse.Namespace) -> int:
-    from harness.fileio import atomic_write
-    from harness.table_formats import render
+    from harness.core.fileio import atomic_write
+    from harness.report.formats import render
 
     results_dir, tableset = _tableset(args)
     if args.format == "png":
-        from harness.charts import write_charts
+        from harness.report.charts import write_charts
 
         for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
             print(path)
@@ -86,7 +86,7 @@ def run_table(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from harness.html_report import write_report
+    from harness.report.html import write_report
 
     results_dir, tableset = _tableset(args)
     output = args.output or Path(results_dir) / "report.html"
@@ -96,7 +96,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_reproduce(args: argparse.Namespace) -> int:
     from harness.cli.eval_cmd import options_from_args
-    from harness.reproduce import format_text, load_suite, run_suite, write_markdown
+    from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
 
     suite = load_suite(args.suite, args.references)
     options = options_from_args(args)
@@ -107,7 +107,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from harness.table_formats import FORMATS
+    from harness.report.formats import FORMATS
 
     table = subparsers.add_parser(
         "table",

@@ -1,0 +1,713 @@
+"""BEIR datasets: the registry (``configs/datasets.yaml``) and loading a BEIR folder with BEIR's semantics.
+
+A BEIR folder holds ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` (each may be ``.gz``).
+Loading follows ``beir.datasets.data_loader.GenericDataLoader``: the qrels header is skipped, graded
+relevance is kept as int, and only the queries the split's qrels judge are kept. Unlike BEIR, the corpus
+is never held in memory: documents are streamed from disk, so corpora larger than RAM work.
+
+Every line is validated; bad content raises ``InputError`` naming file and line. Qrels rows that name a
+query or document the files lack (real datasets have them) are counted and reported, or are errors
+with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import difflib
+import functools
+import json
+import logging
+import os
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import atomic_write_json, file_digest, iter_lines, open_text
+from harness.core.paths import config_dir, default_data_dir
+
+log = logging.getLogger(__name__)
+
+REGISTRY_FILE = "datasets.yaml"
+CORPUS_FILE = "corpus.jsonl"
+QUERIES_FILE = "queries.jsonl"
+QRELS_DIR = "qrels"
+# Remembered checksums and corpus scans, beside the data (skipped when the folder is read-only).
+SIDECAR_FILE = ".harness-checksums.json"
+# Written by `harness data download`: which source a dataset folder came from.
+SOURCE_FILE = ".harness-source.json"
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    """One dataset of ``configs/datasets.yaml``."""
+
+    name: str
+    url: str
+    md5: str | None
+    splits: list[str]
+    eval_split: str
+    drop_identical_ids: bool
+    files: dict[str, str]  # path relative to the dataset folder -> sha256 pin
+    counts: dict[str, dict[str, int]]  # split -> {"docs", "queries", "qrels"}
+    title: str = ""
+    sha256: str | None = None  # of the zip
+    bytes: int | None = None  # of the zip, informational
+    archive_dir: str = ""  # folder inside the zip holding the dataset
+    group: str | None = None  # e.g. "cqadupstack" for its forums
+    hf_corpus: str | None = None
+    hf_qrels: str | None = None
+
+    @property
+    def archive_name(self) -> str:
+        """File name of the zip (``scifact.zip``; shared by the cqadupstack forums)."""
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def required_files(self) -> list[str]:
+        """Files a usable copy must have: corpus, queries and the qrels of the reported split."""
+        return [CORPUS_FILE, QUERIES_FILE, f"{QRELS_DIR}/{self.eval_split}.tsv"]
+
+
+def _record_from_yaml(name: str, entry: Any, source: Path) -> DatasetRecord:
+    if not isinstance(entry, dict):
+        raise InputError(source, None, f"dataset {name!r} is not a mapping", "see the other entries")
+    missing = [key for key in ("url", "splits", "eval_split") if key not in entry]
+    if missing:
+        raise InputError(source, None, f"dataset {name!r} lacks {', '.join(missing)}")
+    splits = [str(split) for split in entry["splits"]]
+    eval_split = str(entry["eval_split"])
+    if eval_split not in splits:
+        raise InputError(source, None, f"dataset {name!r}: eval_split {eval_split!r} not in splits {splits}")
+    counts = {
+        str(split): {str(key): int(value) for key, value in numbers.items()}
+        for split, numbers in (entry.get("counts") or {}).items()
+    }
+    return DatasetRecord(
+        name=name,
+        url=str(entry["url"]),
+        md5=entry.get("md5"),
+        splits=splits,
+        eval_split=eval_split,
+        drop_identical_ids=bool(entry.get("drop_identical_ids", False)),
+        files={str(path): str(digest) for path, digest in (entry.get("files") or {}).items()},
+        counts=counts,
+        title=str(entry.get("title", name)),
+        sha256=entry.get("sha256"),
+        bytes=entry.get("bytes"),
+        archive_dir=str(entry.get("archive_dir") or name),
+        group=entry.get("group"),
+        hf_corpus=entry.get("hf_corpus"),
+        hf_qrels=entry.get("hf_qrels"),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _read_registry(path: str, mtime_ns: int) -> dict[str, DatasetRecord]:
+    try:
+        with open_text(path) as handle:
+            document = yaml.safe_load(handle)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise InputError(path, mark.line + 1 if mark else None, f"not valid YAML ({problem})") from None
+    datasets = (document or {}).get("datasets")
+    if not isinstance(datasets, dict):
+        raise InputError(path, None, "no 'datasets' mapping")
+    return {str(name): _record_from_yaml(str(name), entry, Path(path)) for name, entry in datasets.items()}
+
+
+def dataset_registry() -> dict[str, DatasetRecord]:
+    """Every dataset of ``configs/datasets.yaml`` by name (``HARNESS_CONFIG_DIR`` moves the folder)."""
+    path = config_dir() / REGISTRY_FILE
+    try:
+        mtime_ns = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        raise HarnessError(
+            f"dataset registry {path} not found (set HARNESS_CONFIG_DIR to the configs/ folder)"
+        ) from None
+    return _read_registry(str(path), mtime_ns)
+
+
+def _unknown_name_hint(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+    if close:
+        return f"did you mean {', '.join(close)}?"
+    return "`harness data list` shows the known datasets"
+
+
+def get_dataset_record(name: str) -> DatasetRecord:
+    """The registry entry for ``name``; an unknown name raises ``HarnessError`` with close matches."""
+    registry = dataset_registry()
+    if name in registry:
+        return registry[name]
+    raise HarnessError(f"unknown dataset {name!r}; {_unknown_name_hint(name, sorted(registry))}")
+
+
+def expand_dataset_names(names: list[str]) -> list[str]:
+    """Registry names with group names (``cqadupstack``) replaced by their members, order kept."""
+    registry = dataset_registry()
+    expanded: list[str] = []
+    for name in names:
+        members = [record.name for record in registry.values() if record.group == name]
+        for member in members or [name]:
+            if member not in expanded:
+                expanded.append(member)
+    return expanded
+
+
+# ---------------------------------------------------------------------------- remembered checksums
+
+
+def _stamp(path: Path) -> list[int]:
+    status = path.stat()
+    return [status.st_size, status.st_mtime_ns]
+
+
+# In-process memory of sidecar values, so read-only folders are not re-hashed within one run.
+_MEMO: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _remembered(root: Path, key: str, paths: list[Path], compute: Callable[[], Any]) -> Any:
+    """``compute()``, or its remembered value while the files in ``paths`` keep their size and mtime.
+
+    Values live in a JSON sidecar in ``root`` so big corpora are hashed and scanned once, not per run.
+    """
+    stamp = [_stamp(path) for path in paths]
+    memo_key = (str(root.resolve()), key)
+    if memo_key in _MEMO and _MEMO[memo_key][0] == stamp:
+        return _MEMO[memo_key][1]
+    sidecar = root / SIDECAR_FILE
+    entries: dict[str, Any] = {}
+    try:
+        with open(sidecar, encoding="utf-8") as handle:
+            entries = json.load(handle).get("entries", {})
+    except (OSError, ValueError, AttributeError):
+        entries = {}
+    entry = entries.get(key)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp:
+        value = entry.get("value")
+    else:
+        value = compute()
+        entries[key] = {"stamp": stamp, "value": value}
+        if _writable_folder(root):
+            try:
+                atomic_write_json(sidecar, {"version": 1, "entries": entries})
+            except OSError as error:
+                log.debug("cannot remember %s in %s: %s", key, sidecar, error)
+    _MEMO[memo_key] = (stamp, value)
+    return value
+
+
+def _writable_folder(root: Path) -> bool:
+    """Whether the harness may leave its sidecar in ``root``.
+
+    Judged by the folder's mode bits, not ``os.access``: root passes every access check, and a shared
+    read-only mirror must stay untouched even then. Read-only folders keep values for this process only.
+    """
+    try:
+        return bool(root.stat().st_mode & 0o222) and os.access(root, os.W_OK)
+    except OSError:
+        return False
+
+
+def cached_sha256(root: Path, relative: str) -> str:
+    """sha256 of ``root/relative``, remembered across runs while the file is unchanged."""
+    path = root / relative
+    return _remembered(root, f"sha256:{relative}", [path], lambda: file_digest(path, "sha256"))
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+class Document(NamedTuple):
+    """One corpus entry; title and text stay apart so each encoder decides how to join them."""
+
+    id: str
+    title: str
+    text: str
+
+
+def _record_id(value: Any, path: Path, line: int, what: str) -> str:
+    # BEIR ids are strings; integer ids (common in home-made corpora) are accepted as their decimal text.
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if value is None or value == "":
+        raise InputError(path, line, f"{what} has no `_id`", 'every line needs a non-empty "_id"')
+    raise InputError(path, line, f"`_id` must be a string, not {type(value).__name__}")
+
+
+def _iter_json_records(
+    path: Path, what: str, start: tuple[int, int] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of a JSON-lines file (from ``start`` if given)."""
+    lines = iter_lines(path) if start is None else iter_lines(path, *start)
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(path, number, f"malformed JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise InputError(path, number, f"expected a JSON object per {what}, got {type(record).__name__}")
+        yield number, record
+
+
+def _parse_document(path: Path, number: int, record: dict[str, Any]) -> Document:
+    doc_id = _record_id(record.get("_id"), path, number, "document")
+    text = record.get("text")
+    if not isinstance(text, str):
+        problem = "document has no `text`" if text is None else "`text` must be a string"
+        raise InputError(path, number, f"{problem} (_id {doc_id!r})", 'every document needs a "text" string')
+    title = record.get("title")
+    if title is None:
+        title = ""
+    elif not isinstance(title, str):
+        raise InputError(path, number, f"`title` must be a string (_id {doc_id!r})")
+    return Document(doc_id, title, text)
+
+
+def iter_corpus(path: str | Path, start: tuple[int, int] | None = None) -> Iterator[Document]:
+    """Stream the documents of a ``corpus.jsonl`` in file order, validating each line.
+
+    ``start`` is a ``(byte offset, line number)`` from ``corpus_shard_starts``: reading begins there.
+    """
+    path = Path(path)
+    for number, record in _iter_json_records(path, "document", start):
+        yield _parse_document(path, number, record)
+
+
+def corpus_shard_starts(
+    path: str | Path, shard_size: int, expected_docs: int | None = None
+) -> list[tuple[int, int]] | None:
+    """``(byte offset, line number)`` of documents 0, S, 2S, ... so a worker can seek to its shard.
+
+    One pass over the raw bytes, no JSON parsing. ``None`` for gzip files, which cannot seek, and
+    when the pass counts other than ``expected_docs`` documents (e.g. bare CR line endings, which
+    text reading splits on): such files are streamed instead.
+    """
+    path = Path(path)
+    if path.suffix == ".gz":
+        return None
+    starts: list[tuple[int, int]] = []
+    documents = offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            content = raw[3:] if number == 1 and raw.startswith(codecs.BOM_UTF8) else raw
+            stripped = content.strip()
+            # str.strip() (what iter_corpus uses) strips more than bytes.strip(): decode the rare doubtful line.
+            if stripped and (0x20 < stripped[0] < 0x80 or content.decode("utf-8", "replace").strip()):
+                if documents % shard_size == 0:
+                    starts.append((offset, number))
+                documents += 1
+            offset += len(raw)
+    if expected_docs is not None and documents != expected_docs:
+        return None
+    return starts
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """All queries of a ``queries.jsonl``, in file order; duplicate ids and missing text are errors."""
+    path = Path(path)
+    queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for number, record in _iter_json_records(path, "query"):
+        query_id = _record_id(record.get("_id"), path, number, "query")
+        text = record.get("text")
+        if not isinstance(text, str):
+            problem = "query has no `text`" if text is None else "`text` must be a string"
+            raise InputError(
+                path, number, f"{problem} (_id {query_id!r})", 'every query needs a "text" string'
+            )
+        if query_id in queries:
+            raise InputError(
+                path, number, f"duplicate query _id {query_id!r} (first on line {first_line[query_id]})"
+            )
+        queries[query_id] = text
+        first_line[query_id] = number
+    return queries
+
+
+@dataclass
+class QrelsFile:
+    """The judgements of one qrels file: ``qrels[query_id][doc_id] = relevance``."""
+
+    qrels: dict[str, dict[str, int]]
+    rows: int  # data rows read (the count BEIR's tables report)
+    duplicate_rows: int  # rows repeating a (query, doc) pair; the last one wins, as in BEIR
+
+
+def load_qrels(path: str | Path) -> QrelsFile:
+    """Parse a BEIR qrels TSV: ``query-id<TAB>corpus-id<TAB>score`` after a header line.
+
+    Relevance stays an int, negative and graded values included (trec_eval decides what they mean).
+    A first line that is a valid row rather than a header is kept (BEIR would silently drop it).
+    """
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    rows = duplicates = 0
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        columns = line.split("\t")
+        if number == 1 and not _is_qrels_row(columns):
+            continue  # the "query-id corpus-id score" header
+        if len(columns) != 3:
+            raise InputError(
+                path,
+                number,
+                f"expected 3 tab-separated columns (query-id, corpus-id, score), found {len(columns)}",
+                "BEIR qrels are TSV; convert 4-column TREC qrels by dropping the iteration column",
+            )
+        query_id, doc_id, score_text = (column.strip() for column in columns)
+        if not query_id or not doc_id:
+            raise InputError(path, number, "empty query-id or corpus-id")
+        try:
+            score = int(score_text)
+        except ValueError:
+            raise InputError(path, number, f"score {score_text!r} is not an integer") from None
+        judged = qrels.setdefault(query_id, {})
+        if doc_id in judged:
+            duplicates += 1
+        judged[doc_id] = score
+        rows += 1
+    if rows == 0:
+        raise InputError(path, None, "no judgements in qrels file")
+    return QrelsFile(qrels=qrels, rows=rows, duplicate_rows=duplicates)
+
+
+def _is_qrels_row(columns: list[str]) -> bool:
+    if len(columns) != 3:
+        return False
+    try:
+        int(columns[2].strip())
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class CorpusScan:
+    """What one validating pass over a corpus learned."""
+
+    num_docs: int
+    missing_doc_ids: list[str]  # judged doc ids absent from the corpus
+
+
+def scan_corpus(path: str | Path, judged_doc_ids: set[str] | None = None) -> CorpusScan:
+    """Validate every line of a corpus, refuse duplicate ids, count documents, find judged docs it lacks.
+
+    Memory stays O(#docs x 8 bytes): ids are remembered as 64-bit hashes, and only when two hashes
+    collide is the file read again to name the duplicate and its lines.
+    """
+    path = Path(path)
+    hashes = array("q")
+    unseen = set(judged_doc_ids or ())
+    for document in iter_corpus(path):
+        hashes.append(hash(document.id))
+        unseen.discard(document.id)
+    if len(hashes) == 0:
+        raise InputError(path, None, "corpus has no documents")
+    _raise_on_duplicate_ids(path, hashes)
+    return CorpusScan(num_docs=len(hashes), missing_doc_ids=sorted(unseen))
+
+
+def _raise_on_duplicate_ids(path: Path, hashes: array) -> None:
+    import numpy as np
+
+    ordered = np.sort(np.frombuffer(hashes, dtype=np.int64))
+    colliding = set(ordered[1:][ordered[1:] == ordered[:-1]].tolist())
+    if not colliding:
+        return
+    first_line: dict[str, int] = {}
+    for number, record in _iter_json_records(path, "document"):
+        document = _parse_document(path, number, record)
+        if hash(document.id) not in colliding:
+            continue
+        if document.id in first_line:
+            raise InputError(
+                path,
+                number,
+                f"duplicate document _id {document.id!r} (first on line {first_line[document.id]})",
+            )
+        first_line[document.id] = number
+
+
+# ---------------------------------------------------------------------------------------- datasets
+
+
+@dataclass
+class LoadReport:
+    """Qrels rows that point outside the files (counted and reported; errors when strict)."""
+
+    qrels_rows: int = 0
+    duplicate_qrels_rows: int = 0
+    missing_query_ids: list[str] = field(default_factory=list)  # judged but absent from queries.jsonl
+    missing_query_rows: int = 0  # dropped: a query without text cannot be run
+    missing_doc_ids: list[str] = field(default_factory=list)  # judged but absent from the corpus
+    missing_doc_rows: int = 0  # kept, as BEIR keeps them: they count as unretrievable relevant docs
+
+    def problems(self) -> list[str]:
+        lines = []
+        if self.missing_query_rows:
+            lines.append(
+                f"{self.missing_query_rows} qrels rows name {len(self.missing_query_ids)} queries absent "
+                f"from the queries file (e.g. {self.missing_query_ids[0]!r}); those rows are dropped"
+            )
+        if self.missing_doc_rows:
+            lines.append(
+                f"{self.missing_doc_rows} qrels rows name {len(self.missing_doc_ids)} documents absent "
+                f"from the corpus (e.g. {self.missing_doc_ids[0]!r}); kept as unretrievable judgements"
+            )
+        if self.duplicate_qrels_rows:
+            lines.append(
+                f"{self.duplicate_qrels_rows} qrels rows repeat a (query, document) pair; last one kept"
+            )
+        return lines
+
+
+def find_data_file(root: Path, relative: str) -> Path | None:
+    """``root/relative`` or its ``.gz`` twin, whichever exists."""
+    for candidate in (root / relative, root / f"{relative}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def available_splits(root: Path) -> list[str]:
+    """Splits that have a qrels file in ``root/qrels``."""
+    folder = root / QRELS_DIR
+    if not folder.is_dir():
+        return []
+    names = {path.name.removesuffix(".gz").removesuffix(".tsv") for path in folder.glob("*.tsv*")}
+    return sorted(names)
+
+
+@dataclass
+class BeirDataset:
+    """One split of a BEIR folder: queries and qrels in memory, the corpus streamed from disk."""
+
+    name: str
+    root: Path
+    split: str
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    corpus_path: Path
+    drop_identical_ids: bool
+    queries_path: Path | None = None
+    qrels_path: Path | None = None
+    report: LoadReport = field(default_factory=LoadReport)
+    _num_docs: int | None = field(default=None, repr=False)
+    _fingerprint: dict[str, str] | None = field(default=None, repr=False)
+    _shard_starts: dict[int, list[tuple[int, int]] | None] = field(default_factory=dict, repr=False)
+
+    def iter_documents(self, start: tuple[int, int] | None = None) -> Iterator[Document]:
+        """Documents in file order, validated line by line, never all in memory.
+
+        ``start`` (an entry of ``shard_starts``) begins at that document instead of the first.
+        """
+        return iter_corpus(self.corpus_path, start)
+
+    def shard_starts(self, shard_size: int) -> list[tuple[int, int]] | None:
+        """Where each shard of ``shard_size`` documents begins in the corpus file (None for gzip).
+
+        Remembered beside the checksums while the corpus is unchanged, so workers seek, not scan.
+        """
+        if shard_size not in self._shard_starts:
+            relative = os.path.relpath(self.corpus_path, self.root)
+            value = _remembered(
+                self.root,
+                f"shard_starts:{relative}:{shard_size}",
+                [self.corpus_path],
+                lambda: corpus_shard_starts(self.corpus_path, shard_size, self.num_docs),
+            )
+            starts = [(int(offset), int(line)) for offset, line in value] if value is not None else None
+            self._shard_starts[shard_size] = starts
+        return self._shard_starts[shard_size]
+
+    def iter_document_batches(self, batch_size: int) -> Iterator[list[Document]]:
+        """Documents in file order, ``batch_size`` at a time (the last batch may be shorter)."""
+        if batch_size < 1:
+            raise HarnessError(f"batch size must be at least 1, got {batch_size}")
+        batch: list[Document] = []
+        for document in self.iter_documents():
+            batch.append(document)
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    @property
+    def num_docs(self) -> int:
+        """Documents in the corpus (from the validating scan, remembered while the file is unchanged)."""
+        if self._num_docs is None:
+            self._num_docs = _remembered_scan(self.root, self.corpus_path, None, set()).num_docs
+        return self._num_docs
+
+    @property
+    def num_qrels(self) -> int:
+        """Judgement rows of the split's qrels file."""
+        return self.report.qrels_rows
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:  # a file kept outside the dataset folder
+            return path.name
+
+    def fingerprint(self) -> dict[str, str]:
+        """sha256 of the corpus, queries and qrels files, keyed by path relative to the dataset folder."""
+        if self._fingerprint is None:
+            paths = [self.corpus_path, self.queries_path, self.qrels_path]
+            self._fingerprint = {
+                self._relative(path): cached_sha256(self.root, os.path.relpath(path, self.root))
+                for path in paths
+                if path
+            }
+        return dict(self._fingerprint)
+
+
+def _remembered_scan(root: Path, corpus_path: Path, qrels_path: Path | None, judged: set[str]) -> CorpusScan:
+    key, paths = f"scan:{os.path.relpath(corpus_path, root)}", [corpus_path]
+    if qrels_path is not None:
+        key, paths = f"{key}|{os.path.relpath(qrels_path, root)}", [corpus_path, qrels_path]
+    value = _remembered(root, key, paths, lambda: dataclasses.asdict(scan_corpus(corpus_path, judged)))
+    return CorpusScan(num_docs=int(value["num_docs"]), missing_doc_ids=list(value["missing_doc_ids"]))
+
+
+def _first_offending_row(
+    path: Path, missing_queries: set[str], missing_docs: set[str]
+) -> tuple[int | None, str]:
+    """Line and description of the first qrels row that names a missing query or document, or repeats."""
+    seen: set[tuple[str, str]] = set()
+    for number, line in iter_lines(path):
+        columns = [column.strip() for column in line.split("\t")]
+        if len(columns) != 3:
+            continue
+        query_id, doc_id, _ = columns
+        if query_id in missing_queries:
+            return number, f"query-id {query_id!r} is not in the queries file"
+        if doc_id in missing_docs:
+            return number, f"corpus-id {doc_id!r} is not in the corpus"
+        if (query_id, doc_id) in seen:
+            return number, f"({query_id!r}, {doc_id!r}) is judged twice"
+        seen.add((query_id, doc_id))
+    return None, "inconsistent qrels"
+
+
+def _dataset_name_for(root: Path) -> str:
+    """Registry name of a folder: ``.../scifact`` -> scifact, ``.../cqadupstack/android`` -> that forum."""
+    registry = dataset_registry()
+    nested = f"{root.parent.name}/{root.name}"
+    return nested if nested in registry else root.name
+
+
+def load_dataset(
+    folder: str | Path, split: str | None = None, *, strict: bool = False, name: str | None = None
+) -> BeirDataset:
+    """Load one split of a BEIR folder with BEIR's semantics; the corpus is scanned, not kept.
+
+    ``split=None`` means the split papers report (registry ``eval_split``), else ``test``. Qrels rows
+    naming queries or documents the files lack are counted in ``report`` and logged; ``strict=True``
+    makes them errors.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise HarnessError(f"dataset folder {root} does not exist (`harness data download NAME` fetches one)")
+    name = name or _dataset_name_for(root)
+    record = dataset_registry().get(name)
+    split = split or (record.eval_split if record else "test")
+
+    corpus_path = find_data_file(root, CORPUS_FILE)
+    queries_path = find_data_file(root, QUERIES_FILE)
+    qrels_path = find_data_file(root, f"{QRELS_DIR}/{split}.tsv")
+    for path, relative in ((corpus_path, CORPUS_FILE), (queries_path, QUERIES_FILE)):
+        if path is None:
+            raise HarnessError(f"{root}: no {relative} (or {relative}.gz); not a BEIR dataset folder")
+    if qrels_path is None:
+        splits = available_splits(root)
+        raise HarnessError(
+            f"{root}: no qrels for split {split!r} ({root / QRELS_DIR / split}.tsv); "
+            f"available splits: {', '.join(splits) or 'none'}"
+        )
+    assert corpus_path is not None and queries_path is not None
+
+    all_queries = load_queries(queries_path)
+    qrels_file = load_qrels(qrels_path)
+    report = LoadReport(qrels_rows=qrels_file.rows, duplicate_qrels_rows=qrels_file.duplicate_rows)
+
+    qrels = qrels_file.qrels
+    report.missing_query_ids = [query_id for query_id in qrels if query_id not in all_queries]
+    report.missing_query_rows = sum(len(qrels[query_id]) for query_id in report.missing_query_ids)
+    judged_docs = {doc_id for judged in qrels.values() for doc_id in judged}
+    scan = _remembered_scan(root, corpus_path, qrels_path, judged_docs)
+    missing_docs = set(scan.missing_doc_ids)
+    report.missing_doc_ids = scan.missing_doc_ids
+    report.missing_doc_rows = sum(doc_id in missing_docs for judged in qrels.values() for doc_id in judged)
+
+    problems = report.problems()
+    if strict and problems:
+        line, problem = _first_offending_row(qrels_path, set(report.missing_query_ids), missing_docs)
+        raise InputError(qrels_path, line, f"{problem}; {problems[0]}", "fix the files or drop --strict")
+    for problem in problems:
+        log.warning("%s: %s", qrels_path, problem)
+
+    for query_id in report.missing_query_ids:
+        del qrels[query_id]
+    # BEIR keeps exactly the judged queries; we keep queries.jsonl order (BEIR's is qrels order).
+    queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
+    return BeirDataset(
+        name=name,
+        root=root,
+        split=split,
+        queries=queries,
+        qrels=qrels,
+        corpus_path=corpus_path,
+        drop_identical_ids=record.drop_identical_ids if record else False,
+        queries_path=queries_path,
+        qrels_path=qrels_path,
+        report=report,
+        _num_docs=scan.num_docs,
+    )
+
+
+# ------------------------------------------------------------------------------------ preparation
+
+
+def _env_mirror() -> str | None:
+    return os.environ.get("HARNESS_BEIR_MIRROR") or None
+
+
+def prepare_dataset(name_or_path: str, data_dir: Path | None = None, mirror: str | None = None) -> Path:
+    """A verified local folder for a registry name (downloaded on first use), or an existing folder as is.
+
+    ``mirror`` (default: env ``HARNESS_BEIR_MIRROR``) is tried before the official URL; it names URL
+    prefixes or local folders holding ``<name>.zip`` or ``<name>/`` (comma-separated for several).
+    """
+    registry = dataset_registry()
+    if name_or_path in registry:
+        from harness.datasets.download import install_dataset
+
+        return install_dataset(
+            registry[name_or_path],
+            Path(data_dir) if data_dir is not None else default_data_dir(),
+            mirror if mirror is not None else _env_mirror(),
+        )
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    raise HarnessError(
+        f"{name_or_path!r} is neither a known dataset nor a folder; {_unknown_name_hint(name_or_path, sorted(registry))}"
+    )

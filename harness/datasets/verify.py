@@ -1,0 +1,101 @@
+"""Checking a dataset folder: every pinned file's sha256 and the split's document, query and qrels counts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.datasets.beir import SOURCE_FILE, DatasetRecord, LoadReport, cached_sha256, dataset_registry, load_dataset
+
+
+@dataclass
+class FileCheck:
+    """One file of a dataset folder against its pin."""
+
+    relative: str
+    status: str  # "ok", "mismatch", "missing", "unpinned"
+    expected: str | None = None
+    actual: str | None = None
+
+
+def installed_source(root: Path) -> dict[str, Any]:
+    """Where ``harness data download`` got this folder from (empty when it did not make it)."""
+    try:
+        with open(root / SOURCE_FILE, encoding="utf-8") as handle:
+            return dict(json.load(handle))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def check_pins(root: Path, record: DatasetRecord | None) -> list[FileCheck]:
+    """Every pinned file of ``record`` plus every other data file present, each with its status.
+
+    A copy exported from the Hugging Face hub is re-serialised, so the zip's pins do not apply to it:
+    its files are all reported unpinned (its counts were checked when it was installed).
+    """
+    pins = record.files if record and installed_source(root).get("kind") != "hub" else {}
+    present = sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*")
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(root).parts)
+    )
+    checks = []
+    for relative in sorted(set(pins) | set(present)):
+        expected = pins.get(relative)
+        if relative not in present:
+            checks.append(FileCheck(relative, "missing", expected))
+        elif expected is None:
+            checks.append(FileCheck(relative, "unpinned"))
+        else:
+            actual = cached_sha256(root, relative)
+            checks.append(FileCheck(relative, "ok" if actual == expected else "mismatch", expected, actual))
+    return checks
+
+
+@dataclass
+class CountCheck:
+    what: str  # "docs", "queries", "qrels"
+    actual: int
+    expected: int | None
+
+    @property
+    def ok(self) -> bool:
+        return self.expected is None or self.actual == self.expected
+
+
+@dataclass
+class VerifyResult:
+    name: str
+    root: Path
+    split: str
+    files: list[FileCheck]
+    counts: list[CountCheck]
+    report: LoadReport
+
+    @property
+    def failures(self) -> list[str]:
+        """One short phrase per failed check (empty when everything matched)."""
+        bad = [f"{check.relative} {check.status}" for check in self.files if check.status == "mismatch"]
+        bad += [
+            f"{count.what} {count.actual:,} != {count.expected:,}" for count in self.counts if not count.ok
+        ]
+        return bad
+
+
+def verify_dataset(
+    folder: str | Path, split: str | None = None, *, strict: bool = False, name: str | None = None
+) -> VerifyResult:
+    """Check a dataset folder's files against their pins and its split's counts against the registry."""
+    root = Path(folder)
+    dataset = load_dataset(root, split, strict=strict, name=name)
+    record = dataset_registry().get(dataset.name)
+    files = check_pins(root, record)
+    expected = record.counts.get(dataset.split, {}) if record else {}
+    counts = [
+        CountCheck("docs", dataset.num_docs, expected.get("docs")),
+        CountCheck("queries", len(dataset.queries), expected.get("queries")),
+        CountCheck("qrels", dataset.num_qrels, expected.get("qrels")),
+    ]
+    return VerifyResult(dataset.name, root, dataset.split, files, counts, dataset.report)

@@ -1,0 +1,448 @@
+"""The embedding cache: never encode the same corpus (or query set) twice.
+
+An entry is a folder under ``<cache>/embeddings/`` named after the dataset, the model and the first
+characters of its key. The key is a sha256 over everything that can change a vector: the data file
+checksums, the model's identity (id, revision, weight hashes) and the encoder's settings.
+
+A corpus is stored as independent shards, shard ``i`` holding documents ``[i*S, (i+1)*S)`` in file
+order::
+
+    shard-00000.npy    float32 (n, dim), read back memory-mapped
+    shard-00000.json   {"index", "count", "dim", "seconds", "ids": [...]}  (written last: "finished")
+    manifest.json      key inputs, counts, finished shards, encode seconds
+
+Each file is written atomically (temporary file + rename), so a killed run leaves only whole shards
+behind and the next run encodes just the missing ones. ``encode_corpus_shards`` writes any subset of
+shards and nothing else, so several processes or Ray workers can fill one entry side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import math
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write, atomic_write_json
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+ENTRIES_DIR = "embeddings"
+MANIFEST = "manifest.json"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def digest_of(payload: Any) -> str:
+    """sha256 of a JSON value with sorted keys (the same inputs always give the same key)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "x"
+
+
+def shard_paths(directory: Path, index: int) -> tuple[Path, Path]:
+    """``(vectors .npy, ids+meta .json)`` of shard ``index``."""
+    stem = f"shard-{index:05d}"
+    return directory / f"{stem}.npy", directory / f"{stem}.json"
+
+
+def finished_shards(directory: Path, num_shards: int) -> list[int]:
+    """Shards whose vectors and ids are both on disk (the ids file is written last)."""
+    return [i for i in range(num_shards) if all(path.is_file() for path in shard_paths(directory, i))]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise HarnessError(
+            f"{path}: unreadable cache file ({error}); `harness cache clear` frees it"
+        ) from None
+
+
+def write_shard(
+    directory: Path, index: int, ids: list[str], vectors: np.ndarray, seconds: float
+) -> dict[str, Any]:
+    """Write one finished shard: vectors first, then the ids file that marks it complete."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+        raise ValueError(f"shard {index}: {len(ids)} ids but vectors of shape {vectors.shape}")
+    vectors_path, ids_path = shard_paths(directory, index)
+    with atomic_write(vectors_path, "wb") as handle:
+        np.save(handle, vectors, allow_pickle=False)
+    meta = {
+        "index": index,
+        "count": len(ids),
+        "dim": int(vectors.shape[1]),
+        "seconds": round(seconds, 3),
+        "ids": ids,
+    }
+    atomic_write_json(ids_path, meta)
+    return meta
+
+
+def encode_corpus_shards(
+    dataset,
+    encoder,
+    directory: Path,
+    shard_indices: Iterable[int],
+    shard_size: int,
+    *,
+    progress=None,
+    on_shard: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Encode the given shards of ``dataset``'s corpus into ``directory``; the unit of work for any worker.
+
+    Shards 0..n in a row are streamed in file order; a worker given later or scattered shards seeks
+    straight to each one (``dataset.shard_starts``) instead of reading every earlier document.
+    Returns each written shard's metadata (without the ids).
+    """
+    wanted = set(shard_indices)
+    if not wanted:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index, docs in _shard_documents(dataset, sorted(wanted), shard_size):
+        if not docs:
+            raise HarnessError(
+                f"corpus of {dataset.name} ended before shard {index}; it changed while encoding"
+            )
+        started = time.perf_counter()
+        vectors = encoder.encode_documents(docs, progress=progress)
+        meta = write_shard(directory, index, [doc.id for doc in docs], vectors, time.perf_counter() - started)
+        meta.pop("ids")
+        written.append(meta)
+        if on_shard is not None:
+            on_shard(meta)
+    return written
+
+
+def _shard_documents(dataset, wanted: list[int], shard_size: int) -> Iterator[tuple[int, list]]:
+    """``(index, documents)`` of each wanted shard (sorted), seeking when shards are skipped."""
+    starts = None
+    if wanted != list(range(len(wanted))) and hasattr(dataset, "shard_starts"):
+        starts = dataset.shard_starts(shard_size)  # None for gzip: stream instead
+    if starts is not None:
+        for index in wanted:
+            documents = dataset.iter_documents(starts[index]) if index < len(starts) else iter(())
+            yield index, list(itertools.islice(documents, shard_size))
+        return
+    documents, chosen = iter(dataset.iter_documents()), set(wanted)
+    for index in range(wanted[-1] + 1):
+        docs = list(itertools.islice(documents, shard_size))
+        if index in chosen:
+            yield index, docs
+
+
+class ShardedEmbeddings:
+    """A finished corpus entry: ``(ids, memory-mapped float32 vectors)`` shard by shard."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]):
+        self.directory = Path(directory)
+        self.manifest = manifest
+        self.key: str = manifest["key"]
+        self.dim: int = int(manifest["dim"])
+        self.num_docs: int = int(manifest["num_docs"])
+        self.shard_size: int = int(manifest["shard_size"])
+        self.num_shards: int = int(manifest["num_shards"])
+
+    def shards(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        for index in range(self.num_shards):
+            vectors_path, ids_path = shard_paths(self.directory, index)
+            ids = _read_json(ids_path)["ids"]
+            try:
+                vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as error:
+                raise HarnessError(
+                    f"{vectors_path}: unreadable shard ({error}); `harness cache clear` frees it"
+                ) from None
+            if vectors.shape != (len(ids), self.dim):
+                raise HarnessError(
+                    f"{vectors_path}: shape {vectors.shape} does not match {len(ids)} ids x dim {self.dim}; "
+                    f"`harness cache clear {self.key[:12]}` and rerun"
+                )
+            yield ids, vectors
+
+    def doc_ids(self) -> list[str]:
+        return [doc_id for ids, _ in self.shards() for doc_id in ids]
+
+    def load_all(self) -> tuple[list[str], np.ndarray]:
+        """Every id and vector in memory at once (small corpora and tests only)."""
+        parts = list(self.shards())
+        ids = [doc_id for shard_ids, _ in parts for doc_id in shard_ids]
+        vectors = (
+            np.concatenate([np.asarray(v) for _, v in parts])
+            if parts
+            else np.empty((0, self.dim), np.float32)
+        )
+        return ids, vectors
+
+
+class EmbeddingCache:
+    """Corpus and query embeddings on disk, keyed by data checksums, model identity and settings."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def entries_dir(self) -> Path:
+        return self.root / ENTRIES_DIR
+
+    # ---- keys -------------------------------------------------------------------------------
+
+    def corpus_key_inputs(self, dataset, encoder, shard_size: int) -> dict[str, Any]:
+        fingerprint = dataset.fingerprint()
+        corpus = {name: sha for name, sha in fingerprint.items() if name.startswith("corpus")}
+        return {
+            "format": CACHE_FORMAT,
+            "kind": "corpus",
+            "corpus": corpus,
+            "model": encoder.model.identity,
+            "settings": encoder.settings(),
+            "shard_size": shard_size,
+        }
+
+    def corpus_key(self, dataset, encoder, shard_size: int = 50_000) -> str:
+        return digest_of(self.corpus_key_inputs(dataset, encoder, shard_size))
+
+    def queries_key_inputs(self, dataset, encoder) -> dict[str, Any]:
+        # The queries file and the split's qrels: together they decide which queries are encoded.
+        files = {name: sha for name, sha in dataset.fingerprint().items() if not name.startswith("corpus")}
+        return {
+            "format": CACHE_FORMAT,
+            "kind": "queries",
+            "split": dataset.split,
+            "files": files,
+            "model": encoder.model.identity,
+            "settings": encoder.settings(),
+        }
+
+    def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
+        return self.entries_dir / f"{_safe(dataset.name)}__{encoder.model.slug}__{kind}__{key[:16]}"
+
+    def corpus_directory(self, dataset, encoder, shard_size: int = 50_000) -> Path:
+        """The folder that holds (or will hold) this corpus entry's shards; nothing is read or written."""
+        return self._entry_dir(dataset, encoder, "corpus", self.corpus_key(dataset, encoder, shard_size))
+
+    # ---- corpus -----------------------------------------------------------------------------
+
+    def corpus(
+        self,
+        dataset,
+        encoder,
+        *,
+        shard_size: int = 50_000,
+        progress: bool = True,
+        encode_shards: Callable[..., Any] = encode_corpus_shards,
+    ) -> ShardedEmbeddings:
+        """The corpus embeddings, encoding only the shards not already on disk.
+
+        ``encode_shards`` does the encoding; it takes ``encode_corpus_shards``'s arguments, so a pool
+        of processes or Ray actors (``harness.encoding.pool``, ``harness.encoding.ray_pool``) can stand in.
+        """
+        if shard_size <= 0:
+            raise HarnessError(f"shard size must be positive, not {shard_size}")
+        inputs = self.corpus_key_inputs(dataset, encoder, shard_size)
+        key = digest_of(inputs)
+        directory = self._entry_dir(dataset, encoder, "corpus", key)
+        num_docs = int(dataset.num_docs)
+        if num_docs == 0:
+            raise HarnessError(f"dataset {dataset.name} has an empty corpus; nothing to encode")
+        num_shards = math.ceil(num_docs / shard_size)
+        manifest_path = directory / MANIFEST
+        try:
+            manifest = _read_json(manifest_path) if manifest_path.is_file() else None
+        except HarnessError:  # an unreadable manifest is rebuilt: the shard files are the truth
+            manifest = None
+        if manifest is None or manifest.get("key") != key:
+            manifest = {
+                "format": CACHE_FORMAT,
+                "kind": "corpus",
+                "key": key,
+                "dataset": dataset.name,
+                "split": None,
+                "model": encoder.model.slug,
+                "key_inputs": inputs,
+                "num_docs": num_docs,
+                "shard_size": shard_size,
+                "num_shards": num_shards,
+                "dim": None,
+                "finished_shards": [],
+                "encode_seconds": 0.0,
+                "created": _now(),
+            }
+        done = finished_shards(directory, num_shards)
+        missing = [index for index in range(num_shards) if index not in done]
+        if missing:
+            self._encode_missing(
+                dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
+            )
+        else:
+            log.info(
+                "corpus embeddings of %s for %s found in cache (%s)",
+                dataset.name,
+                encoder.model.slug,
+                directory,
+            )
+        return ShardedEmbeddings(directory, self._finish_manifest(directory, manifest))
+
+    def _encode_missing(
+        self, dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
+    ) -> None:
+        from tqdm.auto import tqdm
+
+        num_docs, num_shards = manifest["num_docs"], manifest["num_shards"]
+        remaining = sum(min(shard_size, num_docs - i * shard_size) for i in missing)
+        if len(missing) < num_shards:
+            log.info(
+                "resuming %s: %d of %d shards already encoded",
+                directory.name,
+                num_shards - len(missing),
+                num_shards,
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        manifest["complete"] = False
+        atomic_write_json(directory / MANIFEST, manifest)
+
+        def record_shard(meta: dict[str, Any]) -> None:
+            manifest["dim"] = meta["dim"]
+            manifest["finished_shards"] = sorted({*manifest["finished_shards"], meta["index"]})
+            manifest["encode_seconds"] = round(manifest["encode_seconds"] + meta["seconds"], 3)
+            manifest["updated"] = _now()
+            atomic_write_json(directory / MANIFEST, manifest)
+
+        with tqdm(
+            total=num_docs,
+            initial=num_docs - remaining,
+            unit="doc",
+            desc=f"encoding {dataset.name}",
+            disable=not progress,
+            dynamic_ncols=True,
+        ) as bar:
+            encode_shards(
+                dataset, encoder, directory, missing, shard_size, progress=bar, on_shard=record_shard
+            )
+
+    def _finish_manifest(self, directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Reconcile the manifest with the shard files (other workers may have written some)."""
+        num_shards = manifest["num_shards"]
+        done = finished_shards(directory, num_shards)
+        if len(done) != num_shards:
+            raise HarnessError(f"{directory}: {num_shards - len(done)} shard(s) missing after encoding")
+        if manifest.get("complete") and manifest.get("dim") is not None:
+            return manifest  # verified when it was completed; a cache hit reads no shard files
+        metas = [_read_json(shard_paths(directory, i)[1]) for i in range(num_shards)]
+        dims = {meta["dim"] for meta in metas}
+        count = sum(meta["count"] for meta in metas)
+        if len(dims) != 1 or count != manifest["num_docs"]:
+            raise HarnessError(
+                f"{directory}: shards disagree (dims {sorted(dims)}, {count} docs); clear and rerun"
+            )
+        manifest.update(
+            dim=dims.pop(),
+            finished_shards=done,
+            encode_seconds=round(sum(meta["seconds"] for meta in metas), 3),
+            complete=True,
+            updated=_now(),
+        )
+        atomic_write_json(directory / MANIFEST, manifest)
+        return manifest
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def queries(self, dataset, encoder) -> tuple[list[str], np.ndarray]:
+        """Query ids (dataset order) and their float32 vectors, encoded once per key."""
+        inputs = self.queries_key_inputs(dataset, encoder)
+        key = digest_of(inputs)
+        directory = self._entry_dir(dataset, encoder, "queries", key)
+        vectors_path, ids_path = shard_paths(directory, 0)
+        if vectors_path.is_file() and ids_path.is_file():
+            ids = _read_json(ids_path)["ids"]
+            vectors = np.load(vectors_path, allow_pickle=False)
+            if vectors.shape[0] == len(ids):
+                log.info("query embeddings of %s for %s found in cache", dataset.name, encoder.model.slug)
+                return ids, vectors
+        ids = list(dataset.queries)
+        started = time.perf_counter()
+        vectors = encoder.encode_queries([dataset.queries[query_id] for query_id in ids])
+        seconds = time.perf_counter() - started
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = write_shard(directory, 0, ids, vectors, seconds)
+        manifest = {
+            "format": CACHE_FORMAT,
+            "kind": "queries",
+            "key": key,
+            "dataset": dataset.name,
+            "split": dataset.split,
+            "model": encoder.model.slug,
+            "key_inputs": inputs,
+            "num_docs": len(ids),
+            "shard_size": max(1, len(ids)),
+            "num_shards": 1,
+            "dim": meta["dim"],
+            "finished_shards": [0],
+            "encode_seconds": meta["seconds"],
+            "complete": True,
+            "created": _now(),
+        }
+        atomic_write_json(directory / MANIFEST, manifest)
+        return ids, np.asarray(vectors, dtype=np.float32)
+
+    # ---- housekeeping -----------------------------------------------------------------------
+
+    def entries(self) -> list[dict[str, Any]]:
+        """One summary per cache entry: key, kind, dataset, model, counts, size on disk, folder."""
+        found = []
+        if not self.entries_dir.is_dir():
+            return found
+        for directory in sorted(p for p in self.entries_dir.iterdir() if p.is_dir()):
+            manifest_path = directory / MANIFEST
+            try:
+                manifest = _read_json(manifest_path) if manifest_path.is_file() else {}
+            except HarnessError:
+                manifest = {}
+            num_shards = int(manifest.get("num_shards") or 0)
+            found.append(
+                {
+                    "key": manifest.get("key") or directory.name.rsplit("__", 1)[-1],
+                    "kind": manifest.get("kind", "unknown"),
+                    "dataset": manifest.get("dataset"),
+                    "split": manifest.get("split"),
+                    "model": manifest.get("model"),
+                    "count": manifest.get("num_docs"),
+                    "dim": manifest.get("dim"),
+                    "shards_done": len(finished_shards(directory, num_shards)),
+                    "num_shards": num_shards,
+                    "complete": bool(manifest.get("complete")),
+                    "encode_seconds": manifest.get("encode_seconds"),
+                    "bytes": sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()),
+                    "directory": str(directory),
+                }
+            )
+        return found
+
+    def clear(self, key_prefix: str | None = None) -> int:
+        """Delete the entries whose key starts with ``key_prefix`` (all entries for None); return how many."""
+        removed = 0
+        for entry in self.entries():
+            if key_prefix is None or entry["key"].startswith(key_prefix):
+                shutil.rmtree(entry["directory"])
+                removed += 1
+        return removed

@@ -1,0 +1,254 @@
+"""Rendering tables built by :mod:`harness.report.tables`: Markdown, CSV (one tidy line per cell), LaTeX and JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.report.tables import (
+    BETTER,
+    MISSING,
+    WORSE,
+    Cell,
+    Collection,
+    MetricTable,
+    SignificanceSettings,
+    TableSet,
+    pretty_metric,
+)
+
+FORMATS = ("md", "csv", "latex", "json")
+
+
+def legend(table: MetricTable, settings: SignificanceSettings) -> list[str]:
+    """Plain-text lines explaining the marks of ``table``."""
+    lines = ["Bold: best in the row (ties at the printed precision are all bold)."]
+    if table.baseline is not None:
+        lines.append(
+            f"{BETTER} / {WORSE}: significantly better / worse than {table.labels[table.baseline]} "
+            f"({settings.describe()} over the {table.n_comparisons} comparisons in this table)."
+        )
+    lines.append(
+        f"Average: mean over the {len(table.average_over)} dataset(s) every model has"
+        + (f" ({', '.join(table.average_over)})." if table.average_over else ".")
+    )
+    return lines + table.notes
+
+
+def _format(value: float | None, digits: int) -> str:
+    return MISSING if value is None else f"{value:.{digits}f}"
+
+
+def render_markdown(tableset: TableSet) -> str:
+    out: list[str] = []
+    for table in tableset.tables:
+        out.append(f"### {pretty_metric(table.metric)}\n")
+        header = ["dataset", *(table.labels[slug] for slug in table.columns)]
+        out.append("| " + " | ".join(_md_escape(h) for h in header) + " |")
+        out.append("|" + "|".join(["---", *["---:"] * len(table.columns)]) + "|")
+
+        def cell_text(cell: Cell) -> str:
+            text = _format(cell.value, tableset.digits)
+            if cell.best:
+                text = f"**{text}**"
+            return f"{text} {cell.mark}" if cell.mark else text
+
+        for row in table.rows:
+            out.append(
+                "| "
+                + " | ".join([_md_escape(row.key), *(cell_text(row.cells[s]) for s in table.columns)])
+                + " |"
+            )
+        label = f"average ({len(table.average_over)})"
+        out.append(
+            "| " + " | ".join([f"*{label}*", *(cell_text(table.average[s]) for s in table.columns)]) + " |"
+        )
+        out.append("")
+        out.extend(f"_{line}_  " for line in legend(table, tableset.significance))
+        out.append("")
+    out.extend(_skipped_lines(tableset.collection))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _skipped_lines(collection: Collection) -> list[str]:
+    if not collection.skipped:
+        return []
+    return [
+        "Skipped results (not in any table or average):",
+        *(f"- {path}: {reason}" for path, reason in collection.skipped),
+    ]
+
+
+def render_csv(tableset: TableSet) -> str:
+    """Tidy CSV: one line per metric x dataset x model (plus the average rows), every mark a column."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        [
+            "metric",
+            "dataset",
+            "split",
+            "model",
+            "value",
+            "n_queries",
+            "best",
+            "baseline",
+            "diff_vs_baseline",
+            "p_value",
+            "p_adjusted",
+            "significant",
+            "direction",
+        ]
+    )
+
+    def number(value: float | None) -> str:
+        return "" if value is None else repr(float(value))
+
+    for table in tableset.tables:
+        baseline = table.labels[table.baseline] if table.baseline else ""
+        rows = [(row.key, row.split, row.cells) for row in table.rows] + [("average", "", table.average)]
+        for key, split, cells in rows:
+            for slug in table.columns:
+                cell = cells[slug]
+                writer.writerow(
+                    [
+                        table.metric,
+                        key,
+                        split,
+                        table.labels[slug],
+                        number(cell.value),
+                        "" if cell.n_queries is None else cell.n_queries,
+                        str(cell.best).lower(),
+                        baseline,
+                        number(cell.diff),
+                        number(cell.p_value),
+                        number(cell.p_adjusted),
+                        str(bool(cell.mark)).lower(),
+                        {BETTER: "better", WORSE: "worse"}.get(cell.mark, ""),
+                    ]
+                )
+    return buffer.getvalue()
+
+
+_LATEX_SPECIAL = {
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "\\": r"\textbackslash{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
+
+
+def render_latex(tableset: TableSet) -> str:
+    """booktabs tables (``\\usepackage{booktabs}``); marks are math arrows, best cells ``\\textbf``."""
+    marks = {BETTER: r"$^{\uparrow}$", WORSE: r"$^{\downarrow}$"}
+    out: list[str] = []
+    for table in tableset.tables:
+
+        def cell_text(cell: Cell) -> str:
+            text = _format(cell.value, tableset.digits)
+            text = "--" if cell.value is None else text
+            if cell.best:
+                text = rf"\textbf{{{text}}}"
+            return text + marks.get(cell.mark, "")
+
+        caption = " ".join(legend(table, tableset.significance))
+        caption = latex_escape(caption).replace(BETTER, r"$\uparrow$").replace(WORSE, r"$\downarrow$")
+        out += [
+            r"\begin{table}[t]",
+            r"\centering",
+            rf"\caption{{{latex_escape(pretty_metric(table.metric))}. {caption}}}",
+            rf"\begin{{tabular}}{{l{'r' * len(table.columns)}}}",
+            r"\toprule",
+            " & ".join(["Dataset", *(latex_escape(table.labels[s]) for s in table.columns)]) + r" \\",
+            r"\midrule",
+        ]
+        for row in table.rows:
+            out.append(
+                " & ".join([latex_escape(row.key), *(cell_text(row.cells[s]) for s in table.columns)])
+                + r" \\"
+            )
+        out.append(r"\midrule")
+        out.append(
+            " & ".join(
+                [
+                    f"Average ({len(table.average_over)})",
+                    *(cell_text(table.average[s]) for s in table.columns),
+                ]
+            )
+            + r" \\"
+        )
+        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    if tableset.collection.skipped:
+        out += [f"% skipped {path}: {reason}" for path, reason in tableset.collection.skipped]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def tables_to_json(tableset: TableSet) -> dict[str, Any]:
+    def cell_json(cell: Cell) -> dict[str, Any]:
+        return {
+            "value": cell.value,
+            "n_queries": cell.n_queries,
+            "best": cell.best,
+            "significant": bool(cell.mark),
+            "direction": {BETTER: "better", WORSE: "worse"}.get(cell.mark),
+            "diff_vs_baseline": cell.diff,
+            "p_value": cell.p_value,
+            "p_adjusted": cell.p_adjusted,
+        }
+
+    return {
+        "significance": vars(tableset.significance),
+        "tables": [
+            {
+                "metric": table.metric,
+                "baseline": table.labels[table.baseline] if table.baseline else None,
+                "models": [table.labels[s] for s in table.columns],
+                "rows": [
+                    {
+                        "dataset": row.dataset,
+                        "split": row.split,
+                        "cells": {table.labels[s]: cell_json(row.cells[s]) for s in table.columns},
+                    }
+                    for row in table.rows
+                ],
+                "average": {
+                    "over": table.average_over,
+                    "cells": {table.labels[s]: cell_json(table.average[s]) for s in table.columns},
+                },
+                "n_comparisons": table.n_comparisons,
+                "legend": legend(table, tableset.significance),
+            }
+            for table in tableset.tables
+        ],
+        "skipped": [{"path": str(path), "reason": reason} for path, reason in tableset.collection.skipped],
+    }
+
+
+def render(tableset: TableSet, fmt: str) -> str:
+    """The tables in ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "md":
+        return render_markdown(tableset)
+    if fmt == "csv":
+        return render_csv(tableset)
+    if fmt == "latex":
+        return render_latex(tableset)
+    if fmt == "json":
+        return json.dumps(tables_to_json(tableset), indent=2, ensure_ascii=False) + "\n"
+    raise HarnessError(f"unknown table format {fmt!r}; choose from {', '.join(FORMATS)} or png")

@@ -1,0 +1,166 @@
+"""``harness report``: one self-contained static HTML page for a results folder.
+
+The page carries everything inline (CSS, charts as base64 PNG, provenance as text) so it can be mailed,
+attached to a CI run or opened from disk with no server and no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.core.fileio import atomic_write
+from harness.results.store import StoredResult
+from harness.report.formats import legend
+from harness.report.tables import BETTER, Cell, MetricTable, TableSet, pretty_metric
+
+_STYLE = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;
+       padding: 0 1rem; color: #1d1d1f; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+.meta { color: #666; font-size: .9rem; }
+table.results { border-collapse: collapse; margin: .8rem 0; font-variant-numeric: tabular-nums; }
+table.results th, table.results td { padding: .3rem .7rem; border-bottom: 1px solid #e5e5e5; }
+table.results td.num { text-align: right; } table.results th { background: #f6f6f6; text-align: left; }
+table.results tr.average td { border-top: 2px solid #999; font-style: italic; }
+td.best { font-weight: 700; } .mark { color: #0a6; } .mark.worse { color: #c33; }
+.legend { color: #555; font-size: .85rem; margin: 0; } img.chart { max-width: 100%; border: 1px solid #eee; }
+.skipped { background: #fff4e5; border-left: 4px solid #f0a020; padding: .5rem 1rem; }
+details { margin: .4rem 0; border: 1px solid #e5e5e5; border-radius: 4px; padding: .3rem .7rem; }
+summary { cursor: pointer; font-weight: 600; } dl { display: grid; grid-template-columns: 12rem 1fr; gap: .2rem 1rem; }
+dt { color: #666; } dd { margin: 0; word-break: break-all; } pre { background: #f8f8f8; padding: .6rem; overflow-x: auto;
+font-size: .8rem; }
+"""
+
+
+def _cell_html(cell: Cell, digits: int) -> str:
+    text = "–" if cell.value is None else f"{cell.value:.{digits}f}"
+    classes = ["num"] + (["best"] if cell.best else [])
+    mark = ""
+    if cell.mark:
+        kind = "better" if cell.mark == BETTER else "worse"
+        title = f"p = {cell.p_value:.3g}, adjusted p = {cell.p_adjusted:.3g}"
+        mark = f' <span class="mark {kind}" title="{escape(title)}">{escape(cell.mark)}</span>'
+    return f'<td class="{" ".join(classes)}">{escape(text)}{mark}</td>'
+
+
+def table_html(table: MetricTable, tableset: TableSet) -> str:
+    head = "".join(f"<th>{escape(table.labels[slug])}</th>" for slug in table.columns)
+    lines = [
+        f'<table class="results" id="table-{escape(table.metric)}">',
+        f"<thead><tr><th>dataset</th>{head}</tr></thead><tbody>",
+    ]
+    for row in table.rows:
+        cells = "".join(_cell_html(row.cells[slug], tableset.digits) for slug in table.columns)
+        lines.append(f"<tr><th>{escape(row.key)}</th>{cells}</tr>")
+    cells = "".join(_cell_html(table.average[slug], tableset.digits) for slug in table.columns)
+    lines.append(f'<tr class="average"><td>average ({len(table.average_over)})</td>{cells}</tr>')
+    lines.append("</tbody></table>")
+    lines += [f'<p class="legend">{escape(line)}</p>' for line in legend(table, tableset.significance)]
+    return "\n".join(lines)
+
+
+def _definition_list(pairs: list[tuple[str, Any]]) -> str:
+    items = []
+    for key, value in pairs:
+        if value in (None, "", {}, []):
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        items.append(f"<dt>{escape(key)}</dt><dd>{escape(text)}</dd>")
+    return "<dl>" + "".join(items) + "</dl>"
+
+
+def provenance_html(result: StoredResult) -> str:
+    """A collapsible block with the facts that produced one result, and the full provenance JSON."""
+    prov = result.provenance if isinstance(result.provenance, dict) else {}
+    dataset = prov.get("dataset", {}) or {}
+    model = prov.get("model", {}) or {}
+    environment = prov.get("environment", {}) or {}
+    headline = ", ".join(
+        f"{pretty_metric(name)} {result.metrics[name]:.4f}"
+        for name in ("ndcg@10", "recall@100")
+        if name in result.metrics
+    )
+    summary = f"{result.dataset} ({result.split}) · {result.model} · {headline}"
+    facts = [
+        ("folder", str(result.directory)),
+        ("created", prov.get("created_at")),
+        ("harness version", prov.get("harness_version")),
+        (
+            "command",
+            " ".join(prov["command"]) if isinstance(prov.get("command"), list) else prov.get("command"),
+        ),
+        ("queries evaluated", str(result.n_queries)),
+        ("data fingerprint", dataset.get("fingerprint")),
+        ("data counts", dataset.get("counts")),
+        ("model spec", model.get("spec")),
+        ("model identity", model.get("identity")),
+        ("model settings", model.get("settings")),
+        ("assumed settings", model.get("assumed")),
+        ("evaluation", (prov.get("config") or {}).get("evaluation")),
+        ("retrieval", (prov.get("config") or {}).get("retrieval")),
+        ("device", environment.get("device")),
+        ("versions", environment.get("versions")),
+        ("hardware", environment.get("hardware")),
+        ("timings (s)", prov.get("timings")),
+    ]
+    full = escape(json.dumps(prov, indent=2, ensure_ascii=False, sort_keys=True))
+    return (
+        f"<details><summary>{escape(summary)}</summary>{_definition_list(facts)}"
+        f"<details><summary>provenance.json</summary><pre>{full}</pre></details></details>"
+    )
+
+
+def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, results_dir: Path) -> str:
+    """The whole page as a string."""
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="meta">Results folder <code>{escape(str(results_dir))}</code> · '
+        f"{len(tableset.collection.results)} result(s) · generated {escape(now)} by harness {escape(__version__)}</p>",
+    ]
+    if tableset.collection.skipped:
+        items = "".join(
+            f"<li><code>{escape(str(path))}</code>: {escape(reason)}</li>"
+            for path, reason in tableset.collection.skipped
+        )
+        parts.append(
+            f'<div class="skipped"><strong>Skipped (not in any table or average):</strong><ul>{items}</ul></div>'
+        )
+    for table in tableset.tables:
+        parts.append(f'<h2 id="metric-{escape(table.metric)}">{escape(pretty_metric(table.metric))}</h2>')
+        parts.append(table_html(table, tableset))
+        png = charts.get(table.metric)
+        if png:
+            encoded = base64.b64encode(png).decode("ascii")
+            alt = f"{pretty_metric(table.metric)} per dataset and model, with 95% bootstrap confidence intervals"
+            parts.append(
+                f'<p><img class="chart" alt="{escape(alt)}" src="data:image/png;base64,{encoded}"></p>'
+            )
+    parts.append('<h2 id="runs">Runs and their provenance</h2>')
+    used = sorted(tableset.sources.values(), key=lambda r: (r.dataset, r.split, r.model))
+    parts += [provenance_html(result) for result in used]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    tableset: TableSet, output: str | Path, *, title: str = "Retrieval benchmark report", results_dir: Path
+) -> Path:
+    """Render charts and page and write it atomically to ``output``."""
+    from harness.report.charts import render_charts
+
+    page = build_report(tableset, render_charts(tableset), title=title, results_dir=results_dir)
+    output = Path(output)
+    with atomic_write(output) as handle:
+        handle.write(page)
+    return output

@@ -1,0 +1,164 @@
+"""The results layout: one folder per (dataset, model) holding the run, its metrics and its provenance.
+
+``results/<dataset>/<model-slug>/`` contains
+
+- ``run.trec``: the TREC run file (real ranks, full-precision scores, trec_eval order);
+- ``metrics.json``: dataset, split, model, the aggregate metrics, per-query values and the evaluation settings;
+- ``provenance.json``: everything that produced the numbers (config, data checksums, model identity,
+  library versions, hardware, timings).
+
+A result folder is written whole or not at all: files go to a hidden sibling folder first, which then
+replaces the old folder, so an interrupted run never leaves a half-written result behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import InputError
+from harness.core.fileio import atomic_write_json
+
+RUN_FILE = "run.trec"
+METRICS_FILE = "metrics.json"
+PROVENANCE_FILE = "provenance.json"
+_REQUIRED_METRICS_KEYS = ("dataset", "split", "model", "model_slug", "metrics", "per_query")
+
+
+@dataclass
+class StoredResult:
+    """One result folder, read back."""
+
+    directory: Path
+    dataset: str
+    split: str
+    model: str
+    model_slug: str
+    metrics: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    n_queries: int
+    settings: dict[str, Any]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    # True when the pipeline returned this folder instead of recomputing it (same config).
+    reused: bool = False
+
+    @property
+    def run_path(self) -> Path:
+        return self.directory / RUN_FILE
+
+    @property
+    def data_fingerprint(self) -> dict[str, str]:
+        return self.provenance.get("dataset", {}).get("fingerprint", {})
+
+    def per_query_values(self, metric: str) -> dict[str, float]:
+        return {qid: values[metric] for qid, values in self.per_query.items() if metric in values}
+
+
+def result_dir(results_dir: str | Path, dataset: str, model_slug: str) -> Path:
+    """Where the result of ``model_slug`` on ``dataset`` lives (``/`` in cqadupstack names becomes a folder)."""
+    return Path(results_dir) / dataset / model_slug
+
+
+def write_result(
+    directory: str | Path,
+    *,
+    metrics_payload: dict[str, Any],
+    provenance: dict[str, Any],
+    write_run_file: Any,
+) -> Path:
+    """Write a complete result folder atomically.
+
+    ``write_run_file(path)`` writes the run into the staging folder; ``metrics_payload`` must carry
+    at least the keys of :data:`_REQUIRED_METRICS_KEYS`.
+    """
+    directory = Path(directory)
+    missing = [key for key in _REQUIRED_METRICS_KEYS if key not in metrics_payload]
+    if missing:
+        raise ValueError(f"metrics payload lacks {missing}")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    try:
+        write_run_file(staging / RUN_FILE)
+        atomic_write_json(staging / METRICS_FILE, metrics_payload)
+        atomic_write_json(staging / PROVENANCE_FILE, provenance)
+        if directory.exists():
+            # Swap in two renames so a reader sees either the old folder or the new one, never a mix.
+            retired = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+            os.replace(directory, retired)
+            os.replace(staging, directory)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            payload = json.load(handle)
+    except FileNotFoundError:
+        raise InputError(path, None, "missing file") from None
+    except json.JSONDecodeError as error:
+        raise InputError(path, error.lineno, f"not valid JSON: {error.msg}", "rerun the evaluation") from None
+    if not isinstance(payload, dict):
+        raise InputError(path, 1, "expected a JSON object")
+    return payload
+
+
+def load_result(directory: str | Path) -> StoredResult:
+    """Read a result folder; a corrupt or incomplete one raises :class:`InputError` naming the file."""
+    directory = Path(directory)
+    metrics_path = directory / METRICS_FILE
+    payload = _read_json(metrics_path)
+    missing = [key for key in _REQUIRED_METRICS_KEYS if key not in payload]
+    if missing:
+        raise InputError(metrics_path, None, f"missing keys {', '.join(missing)}", "rerun the evaluation")
+    if not isinstance(payload["metrics"], dict) or not all(
+        isinstance(value, (int, float)) for value in payload["metrics"].values()
+    ):
+        raise InputError(metrics_path, None, "'metrics' must map metric names to numbers")
+    provenance_path = directory / PROVENANCE_FILE
+    provenance = _read_json(provenance_path) if provenance_path.exists() else {}
+    return StoredResult(
+        directory=directory,
+        dataset=str(payload["dataset"]),
+        split=str(payload["split"]),
+        model=str(payload["model"]),
+        model_slug=str(payload["model_slug"]),
+        metrics={name: float(value) for name, value in payload["metrics"].items()},
+        per_query=payload["per_query"],
+        n_queries=int(payload.get("n_queries", len(payload["per_query"]))),
+        settings=payload.get("settings", {}),
+        provenance=provenance,
+    )
+
+
+def iter_result_dirs(results_dir: str | Path) -> Iterator[Path]:
+    """Every folder below ``results_dir`` holding a metrics file, in sorted order (hidden staging folders skipped)."""
+    root = Path(results_dir)
+    for metrics_path in sorted(root.rglob(METRICS_FILE)):
+        relative = metrics_path.parent.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        yield metrics_path.parent
+
+
+def scan_results(results_dir: str | Path) -> tuple[list[StoredResult], list[tuple[Path, str]]]:
+    """All readable results, and ``(path, reason)`` for each folder that could not be read."""
+    good: list[StoredResult] = []
+    bad: list[tuple[Path, str]] = []
+    for directory in iter_result_dirs(results_dir):
+        try:
+            good.append(load_result(directory))
+        except InputError as error:
+            bad.append((directory, str(error)))
+    return good, bad
