@@ -178,9 +178,9 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
 
 
 def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
-    from harness.encoding.store import EmbeddingCache
     from harness.encoding.encoder import Encoder
     from harness.encoding.pool import encoding_plan_for
+    from harness.encoding.store import EmbeddingCache
     from harness.retrieval.dense import dense_search
 
     with timer.stage("load_model"):

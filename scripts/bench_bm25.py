@@ -14,14 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.core.paths import REPO_ROOT
-
 
 def measure_bm25(dataset_dir: Path, model: str = "bm25", split: str = "test", top_k: int = 1000) -> dict:
     """Build the index in an empty cache, then load it again, timing index and query stages separately."""
-    from harness.retrieval.bm25 import BM25Retriever, library_versions
     from harness.datasets.beir import load_dataset
     from harness.models.registry import resolve_model
+    from harness.retrieval.bm25 import BM25Retriever, library_versions
 
     dataset = load_dataset(dataset_dir, split)
     record = resolve_model(model).record
@@ -58,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dataset-dir",
         type=Path,
-        default=REPO_ROOT.parent / "shared" / "data" / "beir" / "scifact",
+        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact",
         help="a BEIR folder with a corpus (default: the shared scifact)",
     )
     parser.add_argument("--model", default="bm25", help="a registry record with backend bm25")

@@ -56,8 +56,8 @@ def unit_vectors(start: int, stop: int, dim: int, clusters: int, seed: int) -> n
 
 def write_corpus(directory: Path, docs: int, dim: int, shard_size: int, clusters: int) -> None:
     """The synthetic corpus as a finished embedding-cache entry (shards + manifest)."""
-    from harness.encoding.store import write_shard
     from harness.core.fileio import atomic_write_json
+    from harness.encoding.store import write_shard
 
     directory.mkdir(parents=True, exist_ok=True)
     num_shards = math.ceil(docs / shard_size)
@@ -105,7 +105,13 @@ def measure(args: argparse.Namespace) -> None:
     import faiss  # noqa: F401  (loaded before the baseline so the library itself is not counted twice)
 
     from harness.encoding.store import ShardedEmbeddings
-    from harness.retrieval.dense import IndexSpec, all_doc_ids, build_or_load_index, search_exact, search_index
+    from harness.retrieval.dense import (
+        IndexSpec,
+        all_doc_ids,
+        build_or_load_index,
+        search_exact,
+        search_index,
+    )
 
     directory = Path(args.directory)
     embeddings = ShardedEmbeddings(directory, json.loads((directory / "manifest.json").read_text()))

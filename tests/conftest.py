@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.paths import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _shared_dir() -> Path:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.datasets.beir import load_qrels
 from harness.core.fileio import file_digest
-from harness.results.store import result_dir, write_result
+from harness.datasets.beir import load_qrels
 from harness.evaluation.trec import write_run
+from harness.results.store import result_dir, write_result
 
 METRICS = ["ndcg@10", "recall@100"]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 
-from harness.retrieval.bm25 import BM25Params, BM25Retriever
-from harness.datasets.beir import load_dataset
 from harness.core.errors import HarnessError
+from harness.datasets.beir import load_dataset
 from harness.models.registry import ModelRecord, find_record, model_registry
-from harness.core.paths import REPO_ROOT
+from harness.retrieval.bm25 import BM25Params, BM25Retriever
 
 DOCUMENTS = [
     {"_id": "d1", "title": "Cats", "text": "A cat likes to purr and sleep in the sun."},

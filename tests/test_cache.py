@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 from tiny_bert import tiny_record
 
-from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
 from harness.cli import main
 from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
+from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
 from harness.models.registry import resolve_record
-from harness.core.paths import REPO_ROOT
 
 DOCS = [
     ("d0", "Immune cells", "They fight cancer in the blood."),

@@ -12,9 +12,9 @@ import pytest
 
 import harness.datasets.beir as data
 from harness.cli import main
-from harness.datasets.beir import iter_corpus, load_dataset, load_qrels, load_queries
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
+from harness.datasets.beir import iter_corpus, load_dataset, load_qrels, load_queries
 
 
 def write_dataset(

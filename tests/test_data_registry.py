@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
+from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
 
 BEIR_PUBLIC = [
     "msmarco",

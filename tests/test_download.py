@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 
 from harness.cli import main
-from harness.datasets.beir import get_dataset_record, load_dataset, prepare_dataset
-from harness.datasets.download import DownloadError, fetch_url, install_dataset, safe_extract
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
-from harness.core.paths import REPO_ROOT
+from harness.datasets.beir import get_dataset_record, load_dataset, prepare_dataset
+from harness.datasets.download import DownloadError, fetch_url, install_dataset, safe_extract
 
 SCIFACT_FILES = ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv"]
 
@@ -139,7 +139,7 @@ def test_registry(tmp_path: Path, monkeypatch, scifact_zip: Path):
     """A configs/ folder whose scifact entry points at ``url`` with the test zip's md5."""
 
     def make(url: str) -> Path:
-        document = yaml.safe_load((REPO_ROOT / "configs" / "datasets.yaml").read_text(encoding="utf-8"))
+        document = yaml.safe_load((REPO_ROOT / "harness" / "records" / "datasets.yaml").read_text(encoding="utf-8"))
         document["datasets"]["scifact"].update(url=f"{url}/scifact.zip", md5=file_digest(scifact_zip, "md5"))
         folder = tmp_path / "configs"
         folder.mkdir(exist_ok=True)

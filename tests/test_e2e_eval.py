@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
-from harness.core.paths import REPO_ROOT
 from harness.evaluation.trec import read_run
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
+from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding.encoder import Encoder, pick_device
-from harness.core.errors import HarnessError
 from harness.models.registry import ModelRecord, find_record, resolve_model, resolve_record
 
 TEXTS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.core.paths import REPO_ROOT
+from conftest import REPO_ROOT
 
 
 def test_make_compare_runs_pairs_and_marks_against_first_model(tmp_path: Path, beir_mirror: Path) -> None:

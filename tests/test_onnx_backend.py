@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness.encoding import onnx as onnx_backend
 from harness.cli import main
-from harness.datasets.beir import Document
-from harness.encoding.encoder import Encoder
 from harness.core.errors import HarnessError
+from harness.datasets.beir import Document
+from harness.encoding import onnx as onnx_backend
+from harness.encoding.encoder import Encoder
 from harness.models.registry import resolve_model, resolve_record
 
 TEXTS = [

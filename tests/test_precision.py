@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness.encoding import encoder as encode
-from harness.encoding.store import EmbeddingCache
 from harness.cli import main
-from harness.datasets.beir import load_dataset
-from harness.encoding.encoder import Encoder, resolve_runtime, token_batches
 from harness.core.errors import HarnessError, InputError
+from harness.datasets.beir import load_dataset
+from harness.encoding import encoder as encode
+from harness.encoding.encoder import Encoder, resolve_runtime, token_batches
+from harness.encoding.store import EmbeddingCache
 from harness.models.registry import ModelRecord, load_record, resolve_record
 
 TEXTS = [

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from harness.cli import main
 from harness.core.fileio import file_digest
-from harness.core.paths import REPO_ROOT
 
 MOON = {"golden_answers": ["14 December 1972 UTC", "December 1972"]}
 SEED_ROWS = [
@@ -337,8 +337,8 @@ def test_qa_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_cli_choices_match_the_toolkit() -> None:
     """The CLI lists the choices without importing numpy; they must be the toolkit's own."""
-    from harness.evaluation import significance as significance
     from harness.cli import common
+    from harness.evaluation import significance as significance
 
     assert common.PAIRED_TESTS == significance.TESTS
     assert common.CORRECTIONS == significance.CORRECTIONS

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 from scale_fixtures import (
     HEADLINE,
     SHARD_SIZE,
@@ -24,13 +25,12 @@ from scale_fixtures import (
 )
 
 from harness.cli import main
-from harness.datasets.beir import load_dataset
 from harness.core.errors import HarnessError
-from harness.models.registry import resolve_model
+from harness.datasets.beir import load_dataset
 from harness.encoding.pool import EncoderSpec
-from harness.core.paths import REPO_ROOT
-from harness.pipeline import run_eval
 from harness.encoding.ray_pool import RayPool, import_ray
+from harness.models.registry import resolve_model
+from harness.pipeline import run_eval
 from harness.results.store import load_result
 
 HARNESS = str(Path(sys.executable).with_name("harness"))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
 from harness.core.errors import HarnessError
-from harness.core.paths import REPO_ROOT
 from harness.pipeline import EvalOptions
 from harness.reproduce.references import load_references
 from harness.reproduce.suites import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
@@ -241,7 +241,7 @@ def test_references_name_a_source_for_every_number():
 
 
 def test_shipped_suites_load():
-    for path in sorted((REPO_ROOT / "configs" / "suites").glob("*.yaml")):
+    for path in sorted((REPO_ROOT / "harness" / "records" / "suites").glob("*.yaml")):
         suite = load_suite(str(path))
         assert suite.conditions and all(c.expected and c.source for c in suite.conditions), path
     smoke = load_suite("offline-smoke")

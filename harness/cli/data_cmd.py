@@ -6,9 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
+from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.datasets.verify import VerifyResult, installed_source, verify_dataset
 
 

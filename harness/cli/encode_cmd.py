@@ -33,9 +33,9 @@ def slice_shards(num_shards: int, index: int, count: int) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from harness.encoding.store import EmbeddingCache, finished_shards
     from harness.cli.eval_cmd import options_from_args
     from harness.encoding.pool import EncoderSpec, encoding_plan_for
+    from harness.encoding.store import EmbeddingCache, finished_shards
     from harness.pipeline import load_inputs
 
     options = options_from_args(args)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from harness.cli.common import positive_int
 from harness.core.errors import HarnessError
-from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.models.registry import PRECISIONS, RUNTIMES
 
 log = logging.getLogger(__name__)
 

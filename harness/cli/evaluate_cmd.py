@@ -169,8 +169,8 @@ def _run_labels(paths: list[Path]) -> list[str]:
 def run_compare(args: argparse.Namespace) -> int:
     from harness.core.errors import HarnessError
     from harness.core.fileio import atomic_write_json
-    from harness.evaluation.trec import read_qrels, read_run
     from harness.evaluation.significance import compare_runs
+    from harness.evaluation.trec import read_qrels, read_run
 
     paths = [args.baseline, *args.others]
     labels = _run_labels(paths)

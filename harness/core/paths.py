@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def config_dir() -> Path:
-    """The ``configs/`` folder (override with ``HARNESS_CONFIG_DIR``)."""
-    return Path(os.environ.get("HARNESS_CONFIG_DIR", REPO_ROOT / "configs"))
+    """Transitional: the shipped records folder, or ``HARNESS_CONFIG_DIR`` instead of it."""
+    return Path(os.environ.get("HARNESS_CONFIG_DIR") or str(resources.files("harness") / "records"))
 
 
 def default_data_dir() -> Path:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write_json
 from harness.datasets.beir import (
     CORPUS_FILE,
     QRELS_DIR,
@@ -29,8 +31,6 @@ from harness.datasets.beir import (
     SOURCE_FILE,
     DatasetRecord,
 )
-from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json
 from harness.datasets.verify import check_pins, verify_dataset
 
 log = logging.getLogger(__name__)

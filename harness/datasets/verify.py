@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.datasets.beir import SOURCE_FILE, DatasetRecord, LoadReport, cached_sha256, dataset_registry, load_dataset
+from harness.datasets.beir import (
+    SOURCE_FILE,
+    DatasetRecord,
+    LoadReport,
+    cached_sha256,
+    dataset_registry,
+    load_dataset,
+)
 
 
 @dataclass

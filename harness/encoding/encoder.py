@@ -37,8 +37,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.models.registry import DENSE_BACKENDS, PRECISIONS, RUNTIMES, ResolvedModel
 from harness.core.paths import default_cache_dir
+from harness.models.registry import DENSE_BACKENDS, PRECISIONS, RUNTIMES, ResolvedModel
 
 log = logging.getLogger(__name__)
 

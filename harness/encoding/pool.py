@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.encoding.store import encode_corpus_shards
 from harness.core.errors import HarnessError
+from harness.encoding.store import encode_corpus_shards
 
 log = logging.getLogger(__name__)
 

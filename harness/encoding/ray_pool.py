@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.encoding.store import encode_corpus_shards
 from harness.core.errors import HarnessError
 from harness.encoding.pool import CORES_PER_CPU_WORKER, EncoderSpec, available_cpus, worker_dataset
+from harness.encoding.store import encode_corpus_shards
 
 log = logging.getLogger(__name__)
 

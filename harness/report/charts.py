@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.core.fileio import atomic_write
-from harness.results.store import StoredResult
 from harness.report.tables import MetricTable, TableSet, pretty_metric
+from harness.results.store import StoredResult
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000

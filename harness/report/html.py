@@ -15,9 +15,9 @@ from typing import Any
 
 from harness import __version__
 from harness.core.fileio import atomic_write
-from harness.results.store import StoredResult
 from harness.report.formats import legend
 from harness.report.tables import BETTER, Cell, MetricTable, TableSet, pretty_metric
+from harness.results.store import StoredResult
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;

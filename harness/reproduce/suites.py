@@ -40,9 +40,9 @@ import yaml
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write
 from harness.core.paths import config_dir
+from harness.report.tables import pretty_metric
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.store import StoredResult
-from harness.report.tables import pretty_metric
 
 log = logging.getLogger(__name__)
 
