@@ -106,3 +106,27 @@ def file_digest(path: str | Path, algorithm: str = "sha256", chunk_size: int = 1
         for chunk in iter(lambda: handle.read(chunk_size), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def read_json_object(path: str | Path, *, fix: str | None = None) -> dict[str, Any]:
+    """A JSON file holding one object; a missing, unreadable or malformed file is one ``InputError``."""
+    try:
+        with open_text(path) as handle:
+            payload = json.load(handle)
+    except FileNotFoundError:
+        raise InputError(path, None, "missing file", fix) from None
+    except json.JSONDecodeError as error:
+        raise InputError(path, error.lineno, f"not valid JSON: {error.msg}", fix) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(path, None, f"unreadable ({error})", fix) from None
+    if not isinstance(payload, dict):
+        raise InputError(path, 1, "expected a JSON object", fix)
+    return payload
+
+
+def read_json_or_none(path: str | Path) -> dict[str, Any] | None:
+    """A JSON object file, or ``None`` when it is absent, half-written or not an object (caches redo it)."""
+    try:
+        return read_json_object(path)
+    except InputError:
+        return None
