@@ -11,47 +11,20 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.evaluation.metrics import PIPELINE_METRICS
+from harness.provenance import StageTimer, environment_info
 from harness.results.store import StoredResult, load_result, result_dir, write_result
 
 log = logging.getLogger(__name__)
-
-# Reported by every run: beir's families at its cut-offs, plus the whole-ranking MAP and MRR.
-DEFAULT_KS = (1, 3, 5, 10, 100, 1000)
-DEFAULT_METRICS = [f"{family}@{k}" for family in ("ndcg", "recall", "p", "map", "mrr") for k in DEFAULT_KS] + [
-    "map",
-    "mrr",
-]
-HEADLINE_METRICS = ("ndcg@10", "recall@100")
-
-_VERSIONED_PACKAGES = (
-    "torch",
-    "transformers",
-    "sentence-transformers",
-    "faiss-cpu",
-    "faiss-gpu-cu12",
-    "numpy",
-    "pytrec-eval-terrier",
-    "datasets",
-    "bm25s",
-    "PyStemmer",
-    "onnxruntime",
-    "ray",
-)
-
 
 @dataclass
 class EvalOptions:
@@ -67,7 +40,7 @@ class EvalOptions:
     cache_dir: Path = field(default_factory=default_cache_dir)
     mirror: str | None = None
     drop_identical_ids: bool | None = None
-    metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
+    metrics: list[str] = field(default_factory=lambda: list(PIPELINE_METRICS))
     ks: list[int] | None = None  # cut-offs for bare family names in ``metrics``
     relevance_level: int = 1
     complete: bool = False
@@ -92,46 +65,6 @@ class EvalOptions:
         self.results_dir = Path(self.results_dir)
         self.data_dir = Path(self.data_dir)
         self.cache_dir = Path(self.cache_dir)
-
-
-class StageTimer:
-    """Wall time of each named stage, for provenance and the console table."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 4)
-
-
-def environment_info(device: str | None) -> dict[str, Any]:
-    """Library versions and hardware, recorded with every result."""
-    versions = {"harness": __version__, "python": platform.python_version()}
-    for package in _VERSIONED_PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    hardware: dict[str, Any] = {
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": platform.processor() or None,
-        "cpu_count": os.cpu_count(),
-    }
-    with suppress(ValueError, OSError, AttributeError):
-        hardware["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    if "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_available():
-            hardware["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        hardware["torch_threads"] = torch.get_num_threads()
-    return {"versions": versions, "device": device, "hardware": hardware}
 
 
 def _resolved_config(
@@ -213,10 +146,12 @@ def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical:
             normalize=model.record.similarity == "cosine",
             drop_identical_ids=drop_identical,
         )
+    description = encoder.describe()
     details = {
         "device": encoder.device,
+        "label": description["label"],
         "encoder_settings": encoder.settings(),
-        "encoder": encoder.describe(),
+        "encoder": description,
         "embedding_cache": {"corpus_key": corpus.key, "directory": str(corpus.directory), "dim": corpus.dim},
         "encoding": plan.describe(),
     }
@@ -229,10 +164,10 @@ def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer:
     retriever = BM25Retriever(model.record, cache_dir=options.cache_dir, progress=options.progress)
     with timer.stage("retrieve"):
         run = retriever.retrieve(dataset, options.top_k, drop_identical_ids=drop_identical)
-    for stage, seconds in getattr(retriever, "timings", {}).items():
-        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
-            timer.seconds[f"bm25_{stage}"] = round(float(seconds), 4)
-    return run, {"device": "cpu", "bm25_settings": retriever.settings()}
+    for stage, seconds in retriever.timings.items():
+        timer.add(f"bm25_{stage}", seconds)
+    settings = retriever.settings()
+    return run, {"device": "cpu", "label": str(settings.get("library") or "bm25"), "bm25_settings": settings}
 
 
 def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
@@ -251,8 +186,6 @@ def run_eval(
     dataset_spec: str,
     model_spec: str,
     options: EvalOptions | None = None,
-    *,
-    on_stage: Callable[[str], None] | None = None,
 ) -> StoredResult:
     """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
     from harness.evaluation.metrics import evaluate, parse_metrics
@@ -338,3 +271,53 @@ def run_eval(
             write_run_file=lambda path: write_run(path, run, tag, top_k=options.top_k),
         )
     return load_result(target)
+
+
+@dataclass
+class PairOutcome:
+    """One (dataset, model) pair of ``run_pairs``: its stored result and how long it took here."""
+
+    result: StoredResult
+    seconds: float
+
+
+def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
+    """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
+    from harness.datasets.beir import get_dataset_record
+    from harness.encoding.encoder import check_encoder_options
+    from harness.evaluation.metrics import parse_metrics
+    from harness.models.registry import resolve_model
+    from harness.retrieval.dense import parse_index_spec
+
+    for dataset in datasets:
+        if not Path(dataset).is_dir():
+            get_dataset_record(dataset)
+    for model in models:
+        resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
+        check_encoder_options(resolved, options.device, options.encoder_options)
+    parse_metrics(options.metrics, options.ks)
+    parse_index_spec(options.index)
+
+
+def run_pairs(
+    datasets: list[str], models: list[str], options: EvalOptions
+) -> tuple[list[PairOutcome], list[str]]:
+    """Run every pair; a failing pair is reported (one line each) and the others still run.
+
+    With a single pair its error is raised as it is, so the CLI prints it as the one error line.
+    """
+    outcomes: list[PairOutcome] = []
+    failures: list[str] = []
+    for dataset in datasets:
+        for model in models:
+            started = time.perf_counter()
+            try:
+                result = run_eval(dataset, model, options)
+            except HarnessError as error:
+                if len(datasets) * len(models) == 1:
+                    raise
+                failures.append(f"{dataset} x {model}: {error}")
+                continue
+            outcomes.append(PairOutcome(result, time.perf_counter() - started))
+            log.info("wrote %s", result.directory)
+    return outcomes, failures

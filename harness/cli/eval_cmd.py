@@ -8,17 +8,16 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import positive_int
-from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.evaluation.metrics import HEADLINE_METRICS, PIPELINE_METRICS, pretty_metric
 from harness.models.registry import PRECISIONS, RUNTIMES
+from harness.pipeline import PairOutcome, check_inputs, run_pairs
 
 log = logging.getLogger(__name__)
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The pipeline's options; shared with commands that run evaluations (reproduce, compare)."""
-    from harness.pipeline import DEFAULT_METRICS
-
     parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
     parser.add_argument("--top-k", type=positive_int, default=1000, help="documents retrieved per query")
     parser.add_argument("--batch-size", type=positive_int, default=128, help="encoding batch size")
@@ -48,7 +47,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics",
         nargs="+",
-        default=DEFAULT_METRICS,
+        default=list(PIPELINE_METRICS),
         help="metric names (ndcg@10, map, ...) or bare families",
     )
     parser.add_argument(
@@ -132,37 +131,19 @@ def options_from_args(args: argparse.Namespace):
     )
 
 
-def check_specs(datasets: list[str], models: list[str], options) -> None:
-    """Fail on an unknown dataset, model, metric or index before any pair starts working."""
-    from harness.datasets.beir import get_dataset_record
-    from harness.encoding.encoder import check_encoder_options
-    from harness.evaluation.metrics import parse_metrics
-    from harness.models.registry import resolve_model
-    from harness.retrieval.dense import parse_index_spec
-
-    for dataset in datasets:
-        if not Path(dataset).is_dir():
-            get_dataset_record(dataset)
-    for model in models:
-        resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
-        check_encoder_options(resolved, options.device, options.encoder_options)
-    parse_metrics(options.metrics, options.ks)
-    parse_index_spec(options.index)
-
-
-def format_summary(rows: list[tuple[str, str, str, dict[str, float], float, bool]]) -> str:
+def format_summary(outcomes: list[PairOutcome]) -> str:
     """The closing table: one line per (dataset, model) with how its vectors were computed."""
-    header = ("dataset", "model", "backend", "nDCG@10", "Recall@100", "time (s)")
+    header = ("dataset", "model", "backend", *(pretty_metric(name) for name in HEADLINE_METRICS), "time (s)")
     lines = [header]
-    for dataset, model, backend, metrics, seconds, reused in rows:
+    for outcome in outcomes:
+        result = outcome.result
         lines.append(
             (
-                dataset,
-                model,
-                backend,
-                f"{metrics.get('ndcg@10', float('nan')):.4f}",
-                f"{metrics.get('recall@100', float('nan')):.4f}",
-                f"{seconds:.1f}" + (" (reused)" if reused else ""),
+                result.dataset,
+                result.model,
+                result.runtime_label,
+                *(f"{result.metrics.get(name, float('nan')):.4f}" for name in HEADLINE_METRICS),
+                f"{outcome.seconds:.1f}" + (" (reused)" if result.reused else ""),
             )
         )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
@@ -174,49 +155,12 @@ def format_summary(rows: list[tuple[str, str, str, dict[str, float], float, bool
     return "\n".join(rendered)
 
 
-def backend_label(result) -> str:
-    """``exact (torch) fp32``, ``onnx int8``, ... for dense models; the library for BM25."""
-    retrieval = result.provenance.get("retrieval", {})
-    encoder = retrieval.get("encoder") or {}
-    if encoder.get("label"):
-        return encoder["label"]
-    bm25 = retrieval.get("bm25_settings") or {}
-    if bm25.get("library"):
-        return str(bm25["library"])
-    return str(result.provenance.get("model", {}).get("settings", {}).get("backend") or "-")
-
-
-def run_pairs(datasets: list[str], models: list[str], options) -> tuple[list, list[str]]:
-    """Run every pair; one failing pair is reported and the others still run."""
-    import time
-
-    from harness.pipeline import run_eval
-
-    rows = []
-    failures: list[str] = []
-    for dataset in datasets:
-        for model in models:
-            started = time.perf_counter()
-            try:
-                result = run_eval(dataset, model, options)
-            except HarnessError as error:
-                if len(datasets) * len(models) == 1:
-                    raise
-                failures.append(f"{dataset} x {model}: {error}")
-                continue
-            seconds = time.perf_counter() - started
-            label = backend_label(result)
-            rows.append((result.dataset, result.model, label, result.metrics, seconds, result.reused))
-            log.info("wrote %s", result.directory)
-    return rows, failures
-
-
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    check_specs(args.dataset, args.model, options)
-    rows, failures = run_pairs(args.dataset, args.model, options)
-    if rows:
-        print(format_summary(rows))
+    check_inputs(args.dataset, args.model, options)
+    outcomes, failures = run_pairs(args.dataset, args.model, options)
+    if outcomes:
+        print(format_summary(outcomes))
     for failure in failures:
         print(f"error: {failure}", file=sys.stderr)
     return 2 if failures else 0

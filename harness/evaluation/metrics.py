@@ -27,6 +27,26 @@ from harness.evaluation.trec import Qrels, Run, read_qrels, read_run, top_k_rank
 # trec_eval clamps AP at this floor before taking the log for gm_map.
 MIN_GEO_MEAN = 0.00001
 
+# The two numbers every console table and report leads with (BEIR's headline metrics).
+HEADLINE_METRICS = ("ndcg@10", "recall@100")
+# What ``harness eval`` reports by default: beir's families at its cut-offs, plus whole-ranking MAP and MRR.
+PIPELINE_KS = (1, 3, 5, 10, 100, 1000)
+PIPELINE_METRICS = (
+    *(f"{family}@{k}" for family in ("ndcg", "recall", "p", "map", "mrr") for k in PIPELINE_KS),
+    "map",
+    "mrr",
+)
+# What ``harness evaluate`` reports by default: bare families, expanded at ``--ks`` (or each family's cut-offs).
+EVALUATE_FAMILIES = ("ndcg", "map", "recall", "p", "mrr")
+_PRETTY = {"ndcg": "nDCG", "recall": "Recall", "map": "MAP", "mrr": "MRR", "p": "P", "precision": "P"}
+
+
+def pretty_metric(name: str) -> str:
+    """``ndcg@10`` -> ``nDCG@10`` (the spelling papers use)."""
+    family, _, cutoff = name.partition("@")
+    label = _PRETTY.get(family.lower(), family)
+    return f"{label}@{cutoff}" if cutoff else label
+
 
 @dataclass(frozen=True)
 class _Family:

@@ -56,6 +56,14 @@ class StoredResult:
     def data_fingerprint(self) -> dict[str, str]:
         return self.provenance.get("dataset", {}).get("fingerprint", {})
 
+    @property
+    def runtime_label(self) -> str:
+        """How the run computed its scores: ``exact (torch) fp32``, ``onnx int8``, ``bm25s`` ..."""
+        retrieval = self.provenance.get("retrieval", {})
+        # Results written before the label was recorded: the encoder's label, or BM25's library.
+        label = retrieval.get("label") or (retrieval.get("encoder") or {}).get("label")
+        return str(label or (retrieval.get("bm25_settings") or {}).get("library") or "-")
+
     def per_query_values(self, metric: str) -> dict[str, float]:
         return {qid: values[metric] for qid, values in self.per_query.items() if metric in values}
 
