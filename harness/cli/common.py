@@ -60,3 +60,17 @@ def add_significance_arguments(parser: argparse.ArgumentParser, *, correction_sc
         default="holm",
         help=f"multiple-comparison correction over {correction_scope} (default: %(default)s)",
     )
+
+
+QRELS_DUPLICATES = ("error", "last")  # the policies of harness.datasets.qrels.read_qrels
+
+
+def add_qrels_duplicates_argument(parser: argparse.ArgumentParser) -> None:
+    """``--qrels-duplicates {error,last}``, read as ``args.qrels_duplicates``."""
+    parser.add_argument(
+        "--qrels-duplicates",
+        choices=QRELS_DUPLICATES,
+        default="error",
+        help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
+        "or last (keep the last row, as BEIR's loader)",
+    )

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from harness.cli.common import positive_int
+from harness.cli.common import add_qrels_duplicates_argument, positive_int
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS, PIPELINE_METRICS, pretty_metric
 from harness.models.registry import PRECISIONS, RUNTIMES
@@ -58,6 +58,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
     )
     parser.add_argument("--strict", action="store_true", help="qrels naming unknown ids are errors")
+    add_qrels_duplicates_argument(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
     parser.add_argument(
         "--shard-size", type=positive_int, default=50_000, help="documents per embedding shard"
@@ -114,6 +115,7 @@ def options_from_args(args: argparse.Namespace):
         relevance_level=args.relevance_level,
         complete=args.complete,
         strict=args.strict,
+        qrels_duplicates=args.qrels_duplicates,
         trust_remote_code=args.trust_remote_code,
         shard_size=args.shard_size,
         force=args.force,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import add_significance_arguments
+from harness.cli.common import add_qrels_duplicates_argument, add_significance_arguments
 
 DEFAULT_METRICS = ["ndcg", "map", "recall", "p", "mrr"]
 DEFAULT_KS = [1, 3, 5, 10, 100, 1000]
@@ -68,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate_parser.add_argument("qrels", type=Path, metavar="QRELS")
     evaluate_parser.add_argument("run", type=Path, metavar="RUN")
     _add_common(evaluate_parser, DEFAULT_METRICS)
+    add_qrels_duplicates_argument(evaluate_parser)
     evaluate_parser.add_argument(
         "--per-query",
         action="store_true",
@@ -89,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "others", type=Path, nargs="+", metavar="RUN_B", help="runs compared with RUN_A"
     )
     _add_common(compare_parser, COMPARE_METRICS)
+    add_qrels_duplicates_argument(compare_parser)
     add_significance_arguments(compare_parser, correction_scope="all metric x run comparisons")
     compare_parser.set_defaults(func=run_compare)
 
@@ -108,10 +110,12 @@ def _inputs(paths: dict[str, Path]) -> dict:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from harness.core.fileio import atomic_write_json
+    from harness.datasets.qrels import read_qrels
     from harness.evaluation.metrics import evaluate
-    from harness.evaluation.trec import read_qrels, read_run
+    from harness.evaluation.trec import read_run
 
-    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
+    run = read_run(args.run)
     result = evaluate(
         qrels,
         run,
@@ -169,14 +173,15 @@ def _run_labels(paths: list[Path]) -> list[str]:
 def run_compare(args: argparse.Namespace) -> int:
     from harness.core.errors import HarnessError
     from harness.core.fileio import atomic_write_json
+    from harness.datasets.qrels import read_qrels
     from harness.evaluation.significance import compare_runs
-    from harness.evaluation.trec import read_qrels, read_run
+    from harness.evaluation.trec import read_run
 
     paths = [args.baseline, *args.others]
     labels = _run_labels(paths)
     if len(set(labels)) != len(labels):
         raise HarnessError("the same run file is given twice")
-    qrels = read_qrels(args.qrels)
+    qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
     runs = {label: read_run(path) for label, path in zip(labels, paths, strict=True)}
     result = compare_runs(
         qrels,

@@ -66,7 +66,7 @@ def _per_query_problem(result: StoredResult) -> str | None:
 def _registry_pins(dataset: str) -> dict[str, str]:
     """sha256 pins of the registry entry for ``dataset`` (empty for folders the registry does not know)."""
     try:
-        from harness.datasets.beir import get_dataset_record
+        from harness.datasets.registry import get_dataset_record
 
         return dict(get_dataset_record(dataset).files)
     except HarnessError:
