@@ -222,7 +222,8 @@ def test_qrels_naming_missing_queries_and_docs_are_reported_then_strict_refuses(
         tmp_path / "dup", DOCS, QUERIES, [("q1", "d1", 1), ("q1", "d2", 0), ("q1", "d1", 2)]
     )
     with pytest.raises(
-        InputError, match=r"qrels/test.tsv:4: duplicate judgment for query 'q1', document 'd1' \(first on line 2\)"
+        InputError,
+        match=r"qrels/test.tsv:4: duplicate judgment for query 'q1', document 'd1' \(first on line 2\)",
     ):
         load_dataset(duplicated)  # trec_eval's verdict is the default
     dataset = load_dataset(duplicated, qrels_duplicates="last")

@@ -1,6 +1,6 @@
 """The one qrels reader (harness.datasets.qrels): TREC and BEIR layouts, located errors, real files.
 
-Moved from test_runfile.py with the reader; the duplicates policy end to end is in test_data_qrels_duplicates.py.
+Moved from test_runfile.py with the reader; the duplicates policy end to end: test_data_qrels_duplicates.py.
 """
 
 from __future__ import annotations

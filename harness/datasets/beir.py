@@ -304,7 +304,9 @@ class BeirDataset:
     def num_docs(self) -> int:
         """Documents in the corpus (from the validating scan, remembered while the file is unchanged)."""
         if self._num_docs is None:
-            self._num_docs = _remembered_scan(self.checksums, self.root, self.corpus_path, None, set()).num_docs
+            self._num_docs = _remembered_scan(
+                self.checksums, self.root, self.corpus_path, None, set()
+            ).num_docs
         return self._num_docs
 
     @property
@@ -336,7 +338,9 @@ def _remembered_scan(
     key, paths = f"scan:{os.path.relpath(corpus_path, root)}", [corpus_path]
     if qrels_path is not None:
         key, paths = f"{key}|{os.path.relpath(qrels_path, root)}", [corpus_path, qrels_path]
-    value = checksums.remembered(root, key, paths, lambda: dataclasses.asdict(scan_corpus(corpus_path, judged)))
+    value = checksums.remembered(
+        root, key, paths, lambda: dataclasses.asdict(scan_corpus(corpus_path, judged))
+    )
     return CorpusScan(num_docs=int(value["num_docs"]), missing_doc_ids=list(value["missing_doc_ids"]))
 
 

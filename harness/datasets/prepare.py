@@ -1,4 +1,4 @@
-"""A dataset folder ready to load: a registry name is downloaded and verified on first use, a path is taken as is."""
+"""Ready-to-load dataset folders: a registry name is downloaded and verified once, a path is used as is."""
 
 from __future__ import annotations
 

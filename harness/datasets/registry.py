@@ -85,10 +85,12 @@ def _read_registry_file(path: str, mtime_ns: int) -> dict[str, DatasetRecord]:
 
 
 def dataset_registry() -> dict[str, DatasetRecord]:
-    """Every known dataset by name: the shipped records, then the user's (``HARNESS_CONFIG_DIR``) over them."""
+    """Every known dataset by name: shipped records, overridden by the user's (``HARNESS_CONFIG_DIR``)."""
     files = record_files(REGISTRY_FILE)
     if not files:
-        raise HarnessError(f"dataset registry {shipped_dir() / REGISTRY_FILE} not found (broken installation?)")
+        raise HarnessError(
+            f"dataset registry {shipped_dir() / REGISTRY_FILE} not found (broken installation?)"
+        )
     registry: dict[str, DatasetRecord] = {}
     for path in files:
         registry.update(_read_registry_file(str(path), path.stat().st_mtime_ns))
