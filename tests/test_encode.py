@@ -12,7 +12,8 @@ from tiny_bert import tiny_record
 from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding.encoder import Encoder, pick_device
-from harness.models.registry import ModelRecord, find_record, resolve_model, resolve_record
+from harness.models.registry import ModelRecord, find_record
+from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
@@ -130,7 +131,7 @@ def test_record_max_length_overrides_the_folder(tiny_st_dir: Path, tiny_bert_dir
 
 
 def test_record_that_contradicts_the_model_folder_is_refused(tiny_st_dir: Path):
-    wrong = tiny_record(tiny_st_dir, backend="sentence-transformers", pooling="cls", normalize=True)
+    wrong = tiny_record(tiny_st_dir, kind="sentence-transformers", pooling="cls", normalize=True)
     encoder = Encoder(resolve_record(wrong), device="cpu")
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
@@ -183,7 +184,7 @@ def test_pick_device(monkeypatch: pytest.MonkeyPatch):
 def test_encoder_refuses_bad_arguments(tiny_bert_dir: Path):
     with pytest.raises(HarnessError, match="batch size"):
         Encoder(resolve_record(tiny_record(tiny_bert_dir)), batch_size=0)
-    bm25 = ModelRecord(name="bm25", backend="bm25")
+    bm25 = ModelRecord(name="bm25", kind="bm25")
     with pytest.raises(HarnessError, match="no dense encoder"):
         Encoder(resolve_record(bm25))
 

@@ -10,13 +10,8 @@ import pytest
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
-from harness.models.registry import (
-    DEFAULT_MODEL,
-    close_matches,
-    model_registry,
-    resolve_model,
-    resolve_record,
-)
+from harness.models.registry import DEFAULT_MODEL, close_matches, model_registry
+from harness.models.resolve import resolve_model, resolve_record
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:
@@ -62,7 +57,7 @@ def test_registry_records_carry_the_published_settings():
 
     for name in ("facebook/contriever", "facebook/contriever-msmarco"):
         record = registry[name]
-        assert (record.backend, record.pooling, record.normalize, record.similarity, record.max_length) == (
+        assert (record.kind, record.pooling, record.normalize, record.similarity, record.max_length) == (
             "transformers",
             "mean",
             False,
@@ -143,10 +138,10 @@ def test_folder_with_weights_but_no_config_fails_in_one_line(tmp_path: Path, tin
 def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     tiny_st_dir: Path, caplog: pytest.LogCaptureFixture
 ):
-    with caplog.at_level(logging.WARNING, logger="harness.models.registry"):
+    with caplog.at_level(logging.WARNING, logger="harness.models.resolve"):
         model = resolve_model(str(tiny_st_dir))
     record = model.record
-    assert (record.backend, record.pooling, record.normalize, record.max_length) == (
+    assert (record.kind, record.pooling, record.normalize, record.max_length) == (
         "sentence-transformers",
         "mean",
         True,
@@ -155,7 +150,7 @@ def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     assert (record.query_prefix, record.doc_prefix, record.similarity) == ("", "", "cosine")
     warning = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     for setting in (
-        "backend=",
+        "kind=",
         "pooling=",
         "normalize=",
         "similarity=",
@@ -163,7 +158,6 @@ def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
         "query_prefix=",
         "doc_prefix=",
         "title_join=",
-        "dtype=",
     ):
         assert setting in warning, setting
         assert any(note.startswith(setting) for note in model.assumed), setting
@@ -229,7 +223,7 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
     _write_record(
         config_root / "models",
         "custom.yaml",
-        f"name: org/custom\nmodel_id: {tiny_bert_dir}\nbackend: transformers\npooling: mean\n"
+        f"name: org/custom\nmodel_id: {tiny_bert_dir}\nkind: transformers\npooling: mean\n"
         "normalize: false\nsimilarity: dot\nmax_length: 32\ntrust_remote_code: true\n",
     )
     with pytest.raises(HarnessError) as error:
@@ -245,22 +239,22 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
     ("text", "problem"),
     [
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: max\nnormalize: false\n"
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: max\nnormalize: false\n"
             "similarity: dot\nmax_length: 32\n",
             "pooling 'max'",
         ),
-        ("name: x\nmodel_id: x/y\nbackend: onnx-magic\n", "backend 'onnx-magic'"),
+        ("name: x\nmodel_id: x/y\nkind: onnx-magic\n", "kind: Input should be"),
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: mean\n",
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\n",
             "lacks normalize, similarity, max_length",
         ),
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: mean\nnormalize: false\nsimilarity: l2\n"
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\nnormalize: false\nsimilarity: l2\n"
             "max_length: 32\n",
-            "similarity 'l2'",
+            "similarity: Input should be 'dot' or 'cosine'",
         ),
-        ("name: x\nmodel_id: x/y\nbackend: bm25\npoolin: mean\n", "unknown setting(s) poolin"),
-        ("name: [unclosed\n", "invalid YAML"),
+        ("name: x\nmodel_id: x/y\nkind: bm25\npoolin: mean\n", "unknown key 'poolin'"),
+        ("name: [unclosed\n", "not valid YAML"),
     ],
 )
 def test_bad_record_names_its_file_and_problem(config_root: Path, text: str, problem: str):
@@ -273,7 +267,7 @@ def test_bad_record_names_its_file_and_problem(config_root: Path, text: str, pro
 
 
 def test_alias_used_twice_is_rejected(config_root: Path):
-    body = "model_id: {0}\nbackend: bm25\naliases: [shared]\n"
+    body = "model_id: {0}\nkind: bm25\naliases: [shared]\n"
     _write_record(config_root / "models", "a.yaml", "name: a\n" + body.format("a"))
     _write_record(config_root / "models", "b.yaml", "name: b\n" + body.format("b"))
     with pytest.raises(InputError) as error:
@@ -283,7 +277,7 @@ def test_alias_used_twice_is_rejected(config_root: Path):
 
 def test_bm25_record_resolves_without_weights(config_root: Path):
     _write_record(
-        config_root / "models", "bm25.yaml", "name: bm25\nbackend: bm25\nparams: {k1: 0.9, b: 0.4}\n"
+        config_root / "models", "bm25.yaml", "name: bm25\nkind: bm25\nparams: {k1: 0.9, b: 0.4}\n"
     )
     model = resolve_record(model_registry()["bm25"])
     assert model.source == ""

@@ -17,7 +17,7 @@ from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding import onnx as onnx_backend
 from harness.encoding.encoder import Encoder
-from harness.models.registry import resolve_model, resolve_record
+from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
