@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
-from harness.models.registry import DEFAULT_MODEL, close_matches, model_registry
+from harness.models.registry import DEFAULT_MODEL, ModelRecord, close_matches, find_record, model_registry
 from harness.models.resolve import resolve_model, resolve_record
 
 
@@ -29,7 +30,7 @@ def _write_record(directory: Path, file_name: str, text: str) -> Path:
 
 @pytest.fixture
 def config_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty configs/ folder the registry reads instead of the repository's."""
+    """A user record folder (HARNESS_CONFIG_DIR) read on top of the shipped records."""
     root = tmp_path / "configs"
     (root / "models").mkdir(parents=True)
     monkeypatch.setenv("HARNESS_CONFIG_DIR", str(root))
@@ -283,3 +284,56 @@ def test_bm25_record_resolves_without_weights(config_root: Path):
     assert model.source == ""
     assert model.identity["params"] == {"k1": 0.9, "b": 0.4}
     assert model.record.vector_settings()["params"] == {"k1": 0.9, "b": 0.4}
+
+
+def test_unknown_key_names_the_file_and_the_key(config_root: Path):
+    path = _write_record(config_root / "models", "typo.yaml", "name: typo\nkind: bm25\nparms: {k1: 1.2}\n")
+    with pytest.raises(InputError) as error:
+        model_registry()
+    assert _one_line(error) == f"{path}: unknown key 'parms' (check its spelling)"
+
+
+def test_old_backend_key_still_loads_with_one_deprecation_line(config_root: Path, capsys):
+    path = _write_record(config_root / "models", "old.yaml", "name: old\nbackend: bm25\n")
+    assert model_registry()["old"].kind == "bm25"
+    model_registry()  # read again: the note is not repeated
+    err = capsys.readouterr().err
+    assert err == f"note: {path}: 'backend' is deprecated, use 'kind'\n"
+
+
+def test_old_dtype_key_still_loads_and_says_it_is_ignored(config_root: Path, capsys):
+    path = _write_record(
+        config_root / "models",
+        "half.yaml",
+        "name: half\nmodel_id: x/half\nkind: sentence-transformers\npooling: mean\nnormalize: true\n"
+        "similarity: cosine\nmax_length: 128\ndtype: float16\n",
+    )
+    record = model_registry()["half"]
+    assert "dtype" not in record.vector_settings() and not hasattr(record, "dtype")
+    err = capsys.readouterr().err
+    assert err == f"note: {path}: dtype is ignored; precision comes from --precision (fp32 default)\n"
+
+
+def test_shipped_records_use_kind_and_carry_no_dtype():
+    for path in sorted((REPO_ROOT / "harness" / "records" / "models").glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert "\nkind: " in text and "\nbackend:" not in text and "\ndtype:" not in text, path
+
+
+def test_is_lexical_is_true_for_bm25_only():
+    registry = model_registry()
+    assert registry["bm25"].is_lexical and registry["bm25-lucene"].is_lexical
+    assert not registry[DEFAULT_MODEL].is_lexical
+    assert not registry["facebook/contriever"].is_lexical
+    assert ModelRecord(name="x", kind="bm25").is_lexical
+    assert not ModelRecord(name="x", kind="transformers").is_lexical
+
+
+def test_user_record_overrides_the_shipped_one_of_the_same_file_name(config_root: Path):
+    _write_record(
+        config_root / "models", "bm25.yaml", "name: bm25\naliases: [bm25-mteb]\nkind: bm25\nparams: {k1: 0.5}\n"
+    )
+    registry = model_registry()
+    assert registry["bm25"].params == {"k1": 0.5}
+    assert find_record("bm25-mteb", registry) is registry["bm25"]
+    assert DEFAULT_MODEL in registry  # the other shipped records are still there
