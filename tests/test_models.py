@@ -244,7 +244,7 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
             "similarity: dot\nmax_length: 32\n",
             "pooling 'max'",
         ),
-        ("name: x\nmodel_id: x/y\nkind: onnx-magic\n", "kind: Input should be"),
+        ("name: x\nmodel_id: x/y\nkind: onnx-magic\n", "kind 'onnx-magic' is not one of sentence-transformers, transformers, bm25"),
         (
             "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\n",
             "lacks normalize, similarity, max_length",
@@ -252,7 +252,7 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
         (
             "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\nnormalize: false\nsimilarity: l2\n"
             "max_length: 32\n",
-            "similarity: Input should be 'dot' or 'cosine'",
+            "similarity 'l2'",
         ),
         ("name: x\nmodel_id: x/y\nkind: bm25\npoolin: mean\n", "unknown key 'poolin'"),
         ("name: [unclosed\n", "not valid YAML"),

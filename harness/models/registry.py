@@ -12,9 +12,9 @@ import difflib
 import functools
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import PositiveInt, field_validator, model_validator
+from pydantic import PositiveInt, ValidationInfo, field_validator, model_validator
 
 from harness.core.config import Record, read_mapping, record_folder_files, user_dir, validate
 from harness.core.errors import HarnessError, InputError
@@ -32,6 +32,7 @@ RUNTIMES = ("torch", "onnx", "exact")
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 _REQUIRED_DENSE = ("model_id", "pooling", "normalize", "similarity", "max_length")
+_ALLOWED = {"kind": KINDS, "similarity": SIMILARITIES, "runtime": RUNTIMES, "precision": PRECISIONS}
 DTYPE_IGNORED = "dtype is ignored; precision comes from --precision (fp32 default)"
 
 
@@ -42,10 +43,10 @@ class ModelRecord(Record):
     aliases: tuple[str, ...] = ()
     model_id: str = ""
     revision: str | None = None
-    kind: Literal["sentence-transformers", "transformers", "bm25"] = "sentence-transformers"
+    kind: str = "sentence-transformers"
     pooling: str = "mean"
     normalize: bool = False
-    similarity: Literal["dot", "cosine"] = "cosine"
+    similarity: str = "cosine"
     query_prefix: str = ""
     doc_prefix: str = ""
     max_length: PositiveInt = 512
@@ -53,8 +54,8 @@ class ModelRecord(Record):
     weights_package: str | None = None
     trust_remote_code: bool = False
     params: dict[str, Any] = {}
-    runtime: Literal["torch", "onnx", "exact"] | None = None  # default --backend (None: exact)
-    precision: Literal["fp32", "bf16", "fp16", "int8"] | None = None  # default --precision (None: fp32)
+    runtime: str | None = None  # default --backend (None: exact)
+    precision: str | None = None  # default --precision (None: fp32)
 
     @model_validator(mode="before")
     @classmethod
@@ -71,6 +72,14 @@ class ModelRecord(Record):
     @classmethod
     def _aliases_as_strings(cls, value: Any) -> Any:
         return () if value is None else tuple(str(alias) for alias in value)
+
+    @field_validator("kind", "similarity", "runtime", "precision")
+    @classmethod
+    def _one_of_the_known_values(cls, value: str | None, info: ValidationInfo) -> str | None:
+        allowed = _ALLOWED[info.field_name]
+        if value is not None and value not in allowed:
+            raise ValueError(f"{info.field_name} {value!r} is not one of {', '.join(allowed)}")
+        return value
 
     @field_validator("params", mode="before")
     @classmethod
