@@ -73,7 +73,7 @@ def _resolved_config(
 ) -> dict[str, Any]:
     """The settings that determine the numbers; equal configs mean a result can be reused."""
     libraries = {}
-    if model.record.backend == "bm25":
+    if model.record.is_lexical:
         from harness.retrieval.bm25 import library_versions
 
         # A new stemmer release changes BM25 scores, so it must not reuse an old result.
@@ -180,7 +180,7 @@ def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
     """Resolve (and if needed download) the dataset and the model record; fails fast on bad names."""
     from harness.datasets.beir import load_dataset
     from harness.datasets.prepare import prepare_dataset
-    from harness.models.registry import resolve_model
+    from harness.models.resolve import resolve_model
 
     model = resolve_model(model_spec, trust_remote_code=options.trust_remote_code)
     folder = prepare_dataset(dataset_spec, data_dir=options.data_dir, mirror=options.mirror)
@@ -210,7 +210,7 @@ def run_eval(
     drop_identical = (
         dataset.drop_identical_ids if options.drop_identical_ids is None else options.drop_identical_ids
     )
-    is_bm25 = model.record.backend == "bm25"
+    is_bm25 = model.record.is_lexical
     index_spec = None if is_bm25 else parse_index_spec(options.index)
     config = _resolved_config(dataset, model, options, drop_identical, index_spec)
     target = result_dir(options.results_dir, dataset.name, model.slug)
@@ -295,7 +295,7 @@ def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -
     from harness.datasets.registry import get_dataset_record
     from harness.encoding.encoder import check_encoder_options
     from harness.evaluation.metrics import parse_metrics
-    from harness.models.registry import resolve_model
+    from harness.models.resolve import resolve_model
     from harness.retrieval.dense import parse_index_spec
 
     for dataset in datasets:

@@ -18,7 +18,7 @@ from pathlib import Path
 def measure_bm25(dataset_dir: Path, model: str = "bm25", split: str = "test", top_k: int = 1000) -> dict:
     """Build the index in an empty cache, then load it again, timing index and query stages separately."""
     from harness.datasets.beir import load_dataset
-    from harness.models.registry import resolve_model
+    from harness.models.resolve import resolve_model
     from harness.retrieval.bm25 import BM25Retriever, library_versions
 
     dataset = load_dataset(dataset_dir, split)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(__file__).resolve().parents[2] / "shared" / "data" / "beir" / "scifact",
         help="a BEIR folder with a corpus (default: the shared scifact)",
     )
-    parser.add_argument("--model", default="bm25", help="a registry record with backend bm25")
+    parser.add_argument("--model", default="bm25", help="a registry record of kind bm25")
     parser.add_argument("--split", default="test")
     parser.add_argument("--top-k", type=int, default=1000)
     args = parser.parse_args(argv)

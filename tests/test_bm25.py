@@ -51,7 +51,7 @@ def write_dataset(folder: Path, documents=DOCUMENTS, queries=QUERIES) -> Path:
 
 
 def bm25_record(name: str = "bm25-test", title_join: str = " ", **params) -> ModelRecord:
-    return ModelRecord(name=name, backend="bm25", title_join=title_join, params=params)
+    return ModelRecord(name=name, kind="bm25", title_join=title_join, params=params)
 
 
 @pytest.fixture()
@@ -122,7 +122,7 @@ def test_cache_hit_and_parameter_changes_miss(dataset, tmp_path: Path) -> None:
         bm25_record(token_pattern=r"(?u)\b\w+\b"),
         bm25_record(title_join="\n"),
         bm25_record(possessive=True),
-        ModelRecord(name="bm25-test", backend="bm25", params={"title_join": None}),  # text only
+        ModelRecord(name="bm25-test", kind="bm25", params={"title_join": None}),  # text only
     ]
     keys = {base.index_key(dataset.fingerprint()["corpus.jsonl"])}
     for record in variants:
@@ -228,7 +228,7 @@ from pathlib import Path
 from harness.retrieval.bm25 import BM25Retriever
 from harness.datasets.beir import load_dataset
 from harness.models.registry import ModelRecord
-record = ModelRecord(name="bm25-test", backend="bm25", params={})
+record = ModelRecord(name="bm25-test", kind="bm25", params={})
 retriever = BM25Retriever(record, cache_dir=Path(sys.argv[2]), progress=False)
 run = retriever.retrieve(load_dataset(Path(sys.argv[1]), "test"), 10)
 print(json.dumps([[qid, list(docs.items())] for qid, docs in run.items()]))

@@ -20,7 +20,7 @@ from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
 from harness.encoding.onnx import ensure_exported
 from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
-from harness.models.registry import resolve_model, resolve_record
+from harness.models.resolve import resolve_model, resolve_record
 from harness.retrieval.bm25 import BM25Retriever
 from harness.retrieval.dense import build_or_load_index, parse_index_spec
 
@@ -185,10 +185,11 @@ from pathlib import Path
 from harness.encoding.store import EmbeddingCache
 from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
-from harness.models.registry import ModelRecord, resolve_record
+from harness.models.registry import ModelRecord
+from harness.models.resolve import resolve_record
 
 data_dir, model_dir, cache_dir = sys.argv[1:4]
-record = ModelRecord(name="tiny", model_id=model_dir, backend="transformers", pooling="mean",
+record = ModelRecord(name="tiny", model_id=model_dir, kind="transformers", pooling="mean",
                      normalize=False, similarity="dot", max_length=16)
 encoder = Encoder(resolve_record(record), device="cpu", batch_size=2)
 encode = encoder.encode_documents

@@ -12,7 +12,8 @@ from tiny_bert import tiny_record
 from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding.encoder import Encoder, pick_device
-from harness.models.registry import ModelRecord, find_record, resolve_model, resolve_record
+from harness.models.registry import ModelRecord, find_record
+from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
@@ -92,7 +93,7 @@ def test_document_text_joins_title_like_beir_and_adds_prefix(tiny_bert_dir: Path
 
 def test_contriever_record_gives_unnormalised_mean_pooled_dot_scores(tiny_bert_dir: Path):
     contriever = find_record("contriever")
-    record = dataclasses.replace(contriever, model_id=str(tiny_bert_dir), max_length=24)
+    record = contriever.model_copy(update={"model_id": str(tiny_bert_dir), "max_length": 24})
     encoder = Encoder(resolve_record(record), device="cpu", batch_size=3)
     queries = ["immune cells in cancer", "virus"]
     docs = [Document(f"d{i}", f"title {i}", text) for i, text in enumerate(TEXTS)]
@@ -123,14 +124,14 @@ def test_sentence_transformers_backend_matches_sentence_transformers(tiny_st_dir
 
 def test_record_max_length_overrides_the_folder(tiny_st_dir: Path, tiny_bert_dir: Path):
     model = resolve_model(str(tiny_st_dir))
-    short = dataclasses.replace(model, record=dataclasses.replace(model.record, max_length=8))
+    short = dataclasses.replace(model, record=model.record.model_copy(update={"max_length": 8}))
     got = Encoder(short, device="cpu").encode_queries(TEXTS)
     np.testing.assert_allclose(got, _hand_vectors(tiny_bert_dir, TEXTS, "mean", 8, normalize=True), atol=1e-5)
     assert Encoder(short, device="cpu").settings() != Encoder(model, device="cpu").settings()
 
 
 def test_record_that_contradicts_the_model_folder_is_refused(tiny_st_dir: Path):
-    wrong = tiny_record(tiny_st_dir, backend="sentence-transformers", pooling="cls", normalize=True)
+    wrong = tiny_record(tiny_st_dir, kind="sentence-transformers", pooling="cls", normalize=True)
     encoder = Encoder(resolve_record(wrong), device="cpu")
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
@@ -183,7 +184,7 @@ def test_pick_device(monkeypatch: pytest.MonkeyPatch):
 def test_encoder_refuses_bad_arguments(tiny_bert_dir: Path):
     with pytest.raises(HarnessError, match="batch size"):
         Encoder(resolve_record(tiny_record(tiny_bert_dir)), batch_size=0)
-    bm25 = ModelRecord(name="bm25", backend="bm25")
+    bm25 = ModelRecord(name="bm25", kind="bm25")
     with pytest.raises(HarnessError, match="no dense encoder"):
         Encoder(resolve_record(bm25))
 

@@ -7,16 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
-from harness.models.registry import (
-    DEFAULT_MODEL,
-    close_matches,
-    model_registry,
-    resolve_model,
-    resolve_record,
-)
+from harness.models.registry import DEFAULT_MODEL, ModelRecord, close_matches, find_record, model_registry
+from harness.models.resolve import resolve_model, resolve_record
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:
@@ -34,7 +30,7 @@ def _write_record(directory: Path, file_name: str, text: str) -> Path:
 
 @pytest.fixture
 def config_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty configs/ folder the registry reads instead of the repository's."""
+    """A user record folder (HARNESS_CONFIG_DIR) read on top of the shipped records."""
     root = tmp_path / "configs"
     (root / "models").mkdir(parents=True)
     monkeypatch.setenv("HARNESS_CONFIG_DIR", str(root))
@@ -62,7 +58,7 @@ def test_registry_records_carry_the_published_settings():
 
     for name in ("facebook/contriever", "facebook/contriever-msmarco"):
         record = registry[name]
-        assert (record.backend, record.pooling, record.normalize, record.similarity, record.max_length) == (
+        assert (record.kind, record.pooling, record.normalize, record.similarity, record.max_length) == (
             "transformers",
             "mean",
             False,
@@ -143,10 +139,10 @@ def test_folder_with_weights_but_no_config_fails_in_one_line(tmp_path: Path, tin
 def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     tiny_st_dir: Path, caplog: pytest.LogCaptureFixture
 ):
-    with caplog.at_level(logging.WARNING, logger="harness.models.registry"):
+    with caplog.at_level(logging.WARNING, logger="harness.models.resolve"):
         model = resolve_model(str(tiny_st_dir))
     record = model.record
-    assert (record.backend, record.pooling, record.normalize, record.max_length) == (
+    assert (record.kind, record.pooling, record.normalize, record.max_length) == (
         "sentence-transformers",
         "mean",
         True,
@@ -155,7 +151,7 @@ def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     assert (record.query_prefix, record.doc_prefix, record.similarity) == ("", "", "cosine")
     warning = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     for setting in (
-        "backend=",
+        "kind=",
         "pooling=",
         "normalize=",
         "similarity=",
@@ -163,7 +159,6 @@ def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
         "query_prefix=",
         "doc_prefix=",
         "title_join=",
-        "dtype=",
     ):
         assert setting in warning, setting
         assert any(note.startswith(setting) for note in model.assumed), setting
@@ -229,7 +224,7 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
     _write_record(
         config_root / "models",
         "custom.yaml",
-        f"name: org/custom\nmodel_id: {tiny_bert_dir}\nbackend: transformers\npooling: mean\n"
+        f"name: org/custom\nmodel_id: {tiny_bert_dir}\nkind: transformers\npooling: mean\n"
         "normalize: false\nsimilarity: dot\nmax_length: 32\ntrust_remote_code: true\n",
     )
     with pytest.raises(HarnessError) as error:
@@ -245,22 +240,22 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
     ("text", "problem"),
     [
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: max\nnormalize: false\n"
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: max\nnormalize: false\n"
             "similarity: dot\nmax_length: 32\n",
             "pooling 'max'",
         ),
-        ("name: x\nmodel_id: x/y\nbackend: onnx-magic\n", "backend 'onnx-magic'"),
+        ("name: x\nmodel_id: x/y\nkind: onnx-magic\n", "kind 'onnx-magic' is not one of sentence-transformers, transformers, bm25"),
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: mean\n",
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\n",
             "lacks normalize, similarity, max_length",
         ),
         (
-            "name: x\nmodel_id: x/y\nbackend: transformers\npooling: mean\nnormalize: false\nsimilarity: l2\n"
+            "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\nnormalize: false\nsimilarity: l2\n"
             "max_length: 32\n",
             "similarity 'l2'",
         ),
-        ("name: x\nmodel_id: x/y\nbackend: bm25\npoolin: mean\n", "unknown setting(s) poolin"),
-        ("name: [unclosed\n", "invalid YAML"),
+        ("name: x\nmodel_id: x/y\nkind: bm25\npoolin: mean\n", "unknown key 'poolin'"),
+        ("name: [unclosed\n", "not valid YAML"),
     ],
 )
 def test_bad_record_names_its_file_and_problem(config_root: Path, text: str, problem: str):
@@ -273,7 +268,7 @@ def test_bad_record_names_its_file_and_problem(config_root: Path, text: str, pro
 
 
 def test_alias_used_twice_is_rejected(config_root: Path):
-    body = "model_id: {0}\nbackend: bm25\naliases: [shared]\n"
+    body = "model_id: {0}\nkind: bm25\naliases: [shared]\n"
     _write_record(config_root / "models", "a.yaml", "name: a\n" + body.format("a"))
     _write_record(config_root / "models", "b.yaml", "name: b\n" + body.format("b"))
     with pytest.raises(InputError) as error:
@@ -283,9 +278,62 @@ def test_alias_used_twice_is_rejected(config_root: Path):
 
 def test_bm25_record_resolves_without_weights(config_root: Path):
     _write_record(
-        config_root / "models", "bm25.yaml", "name: bm25\nbackend: bm25\nparams: {k1: 0.9, b: 0.4}\n"
+        config_root / "models", "bm25.yaml", "name: bm25\nkind: bm25\nparams: {k1: 0.9, b: 0.4}\n"
     )
     model = resolve_record(model_registry()["bm25"])
     assert model.source == ""
     assert model.identity["params"] == {"k1": 0.9, "b": 0.4}
     assert model.record.vector_settings()["params"] == {"k1": 0.9, "b": 0.4}
+
+
+def test_unknown_key_names_the_file_and_the_key(config_root: Path):
+    path = _write_record(config_root / "models", "typo.yaml", "name: typo\nkind: bm25\nparms: {k1: 1.2}\n")
+    with pytest.raises(InputError) as error:
+        model_registry()
+    assert _one_line(error) == f"{path}: unknown key 'parms' (check its spelling)"
+
+
+def test_old_backend_key_still_loads_with_one_deprecation_line(config_root: Path, capsys):
+    path = _write_record(config_root / "models", "old.yaml", "name: old\nbackend: bm25\n")
+    assert model_registry()["old"].kind == "bm25"
+    model_registry()  # read again: the note is not repeated
+    err = capsys.readouterr().err
+    assert err == f"note: {path}: 'backend' is deprecated, use 'kind'\n"
+
+
+def test_old_dtype_key_still_loads_and_says_it_is_ignored(config_root: Path, capsys):
+    path = _write_record(
+        config_root / "models",
+        "half.yaml",
+        "name: half\nmodel_id: x/half\nkind: sentence-transformers\npooling: mean\nnormalize: true\n"
+        "similarity: cosine\nmax_length: 128\ndtype: float16\n",
+    )
+    record = model_registry()["half"]
+    assert "dtype" not in record.vector_settings() and not hasattr(record, "dtype")
+    err = capsys.readouterr().err
+    assert err == f"note: {path}: dtype is ignored; precision comes from --precision (fp32 default)\n"
+
+
+def test_shipped_records_use_kind_and_carry_no_dtype():
+    for path in sorted((REPO_ROOT / "harness" / "records" / "models").glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert "\nkind: " in text and "\nbackend:" not in text and "\ndtype:" not in text, path
+
+
+def test_is_lexical_is_true_for_bm25_only():
+    registry = model_registry()
+    assert registry["bm25"].is_lexical and registry["bm25-lucene"].is_lexical
+    assert not registry[DEFAULT_MODEL].is_lexical
+    assert not registry["facebook/contriever"].is_lexical
+    assert ModelRecord(name="x", kind="bm25").is_lexical
+    assert not ModelRecord(name="x", kind="transformers").is_lexical
+
+
+def test_user_record_overrides_the_shipped_one_of_the_same_file_name(config_root: Path):
+    _write_record(
+        config_root / "models", "bm25.yaml", "name: bm25\naliases: [bm25-mteb]\nkind: bm25\nparams: {k1: 0.5}\n"
+    )
+    registry = model_registry()
+    assert registry["bm25"].params == {"k1": 0.5}
+    assert find_record("bm25-mteb", registry) is registry["bm25"]
+    assert DEFAULT_MODEL in registry  # the other shipped records are still there

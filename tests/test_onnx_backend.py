@@ -17,7 +17,7 @@ from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding import onnx as onnx_backend
 from harness.encoding.encoder import Encoder
-from harness.models.registry import resolve_model, resolve_record
+from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
@@ -76,7 +76,7 @@ def test_export_is_kept_in_the_cache_and_reused(tiny_st_dir: Path, tmp_path: Pat
     np.testing.assert_array_equal(_encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS), first)
     # Another max length or prefix does not change the graph: the same export serves it.
     shorter = dataclasses.replace(
-        model, record=dataclasses.replace(model.record, max_length=8, query_prefix="q ")
+        model, record=model.record.model_copy(update={"max_length": 8, "query_prefix": "q "})
     )
     assert onnx_backend.export_folder(tmp_path, shorter)[0] == folder
     _encoder(shorter, tmp_path, runtime="onnx").encode_queries(TEXTS)

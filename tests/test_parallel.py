@@ -24,7 +24,7 @@ from harness.datasets.beir import corpus_shard_starts, iter_corpus, load_dataset
 from harness.encoding import pool as parallel
 from harness.encoding.pool import EncoderSpec, LocalPool, WorkerSlot, parse_devices, plan_workers
 from harness.encoding.store import encode_corpus_shards, shard_paths
-from harness.models.registry import resolve_model
+from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
 
 DOC_IDS = [f"d{i}" for i in range(11)]

@@ -16,7 +16,8 @@ from harness.datasets.beir import load_dataset
 from harness.encoding import encoder as encode
 from harness.encoding.encoder import Encoder, resolve_runtime, token_batches
 from harness.encoding.store import EmbeddingCache
-from harness.models.registry import ModelRecord, load_record, resolve_record
+from harness.models.registry import ModelRecord, load_record
+from harness.models.resolve import resolve_record
 
 TEXTS = [
     "what is the role of the immune cells in cancer ?",
@@ -122,7 +123,7 @@ def test_defaults_and_what_a_bare_precision_implies(tiny, monkeypatch):
 def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, tmp_path: Path):
     path = tmp_path / "tiny.yaml"
     path.write_text(
-        "name: tiny\nmodel_id: x\nbackend: transformers\npooling: mean\nnormalize: true\n"
+        "name: tiny\nmodel_id: x\nkind: transformers\npooling: mean\nnormalize: true\n"
         "similarity: cosine\nmax_length: 32\nruntime: onnx\nprecision: fp32\n"
     )
     record = load_record(path)

@@ -29,7 +29,7 @@ from harness.core.errors import HarnessError
 from harness.datasets.beir import load_dataset
 from harness.encoding.pool import EncoderSpec
 from harness.encoding.ray_pool import RayPool, import_ray
-from harness.models.registry import resolve_model
+from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
 from harness.results.store import load_result
 

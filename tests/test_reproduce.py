@@ -277,3 +277,67 @@ def test_offline_smoke_passes_end_to_end(e2e_env, e2e_workdir):
     assert "suite offline-smoke: passed (2 OK, 0 MISS, 0 SKIPPED)" in completed.stdout
     report = Path(e2e_env["HARNESS_RESULTS_DIR"]) / "reproduce-offline-smoke.md"
     assert "| scifact | sentence-transformers/all-MiniLM-L6-v2 | nDCG@10 |" in report.read_text()
+
+
+def test_user_folder_adds_and_overrides_references_and_suites(tmp_path, monkeypatch):
+    user = tmp_path / "user"
+    (user / "suites").mkdir(parents=True)
+    (user / "references.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "sources": {
+                    "my-paper": {
+                        "title": "My paper",
+                        "paper": "Me et al. 2025",
+                        "table": "table 2",
+                        "conditions": {"split": "test"},
+                    }
+                },
+                "entries": [
+                    # Replaces the shipped cell (same model, dataset and source) ...
+                    {
+                        "model": "bm25-flat",
+                        "dataset": "scifact",
+                        "source": "pyserini-2cr",
+                        "preferred": True,
+                        "metrics": {"ndcg@10": 0.5},
+                    },
+                    # ... and adds a new one from a source only the user file defines.
+                    {
+                        "model": "my-model",
+                        "dataset": "scifact",
+                        "source": "my-paper",
+                        "preferred": True,
+                        "metrics": {"ndcg@10": 0.7},
+                    },
+                ],
+            }
+        )
+    )
+    write_suite(
+        user / "suites" / "offline-smoke.yaml",
+        [{"model": "my-model", "dataset": "scifact"}, {"model": "bm25-flat", "dataset": "scifact"}],
+    )
+    monkeypatch.setenv("HARNESS_CONFIG_DIR", str(user))
+    references = load_references()
+    flat = [ref for ref in references if (ref.model, ref.dataset) == ("bm25-flat", "scifact")]
+    assert [ref.metrics["ndcg@10"] for ref in flat] == [0.5]
+    assert any(ref.model == "bm25-flat" and ref.dataset == "nfcorpus" for ref in references)  # shipped, kept
+    smoke = load_suite("offline-smoke")
+    assert smoke.path == user / "suites" / "offline-smoke.yaml"
+    assert [(c.model, c.expected) for c in smoke.conditions] == [
+        ("my-model", {"ndcg@10": 0.7}),
+        ("bm25-flat", {"ndcg@10": 0.5}),
+    ]
+    assert smoke.conditions[0].source == "my-paper: Me et al. 2025, table 2"
+    assert load_suite("pyserini-bm25").conditions  # shipped suites are still found
+
+
+def test_unknown_key_in_a_suite_or_references_file_names_file_and_key(tmp_path, capsys):
+    suite = write_suite(tmp_path / "typo.yaml", [{"model": "m", "dataset": "scifact"}], tolerence=0.1)
+    assert main(["reproduce", str(suite), "--results-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: {suite}: unknown key 'tolerence' (check its spelling)\n"
+    references = tmp_path / "references.yaml"
+    references.write_text("entries:\n  - {model: m, dataset: d, source: s, metrics: {x: 1}, prefered: true}\n")
+    with pytest.raises(HarnessError, match=r"references.yaml: unknown key 'entries.0.prefered'"):
+        load_references(references)

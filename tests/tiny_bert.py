@@ -29,7 +29,7 @@ def tiny_record(folder: Path, **overrides):
     settings = dict(
         name="tiny",
         model_id=str(folder),
-        backend="transformers",
+        kind="transformers",
         pooling="mean",
         normalize=False,
         similarity="dot",

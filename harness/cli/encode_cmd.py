@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = options_from_args(args)
     dataset, model = load_inputs(args.dataset, args.model, options)
-    if model.record.backend == "bm25":
+    if model.record.is_lexical:
         raise HarnessError(f"model {model.record.name} is lexical (BM25); it has no embeddings to encode")
     spec = EncoderSpec(model, options.batch_size, dict(options.encoder_options), str(options.cache_dir))
     encoder = spec.build(options.device)  # exactly as `harness eval` builds it, so the cache key matches

@@ -38,7 +38,8 @@ import numpy as np
 
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
-from harness.models.registry import DENSE_BACKENDS, PRECISIONS, RUNTIMES, ResolvedModel
+from harness.models.registry import PRECISIONS, RUNTIMES
+from harness.models.resolve import ResolvedModel
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ DEFAULT_RUNTIME = "exact"
 CPU_BATCH_TOKENS = 1024
 
 _ST_POOLING = {"mean": "mean", "cls": "cls", "last": "lasttoken"}
-# ``--precision`` names -> torch dtype names (the names used in settings and records' ``dtype``).
+# ``--precision`` names -> torch dtype names (the names used in settings).
 # ``int8`` is not a torch dtype: it names onnxruntime's dynamically quantized graph.
 _DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 _SHORT_OF = {dtype: short for short, dtype in _DTYPE_OF.items()}
@@ -204,7 +205,7 @@ def resolve_runtime(
 
 def check_encoder_options(model: ResolvedModel, device: str | None, options: dict[str, Any]) -> None:
     """Refuse a backend/precision the device cannot run, before any work (no-op for BM25 models)."""
-    if model.record.backend in DENSE_BACKENDS:
+    if not model.record.is_lexical:
         resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
 
 
@@ -240,10 +241,8 @@ class Encoder:
         cache_dir: str | Path | None = None,
     ):
         record = model.record
-        if record.backend not in DENSE_BACKENDS:
-            raise HarnessError(
-                f"model {record.name} uses the {record.backend} backend, which has no dense encoder"
-            )
+        if record.is_lexical:
+            raise HarnessError(f"model {record.name} is lexical ({record.kind}); it has no dense encoder")
         if batch_size <= 0:
             raise HarnessError(f"batch size must be positive, not {batch_size}")
         self.model = model
@@ -517,9 +516,9 @@ class Encoder:
         if self.dtype in ("float16", "bfloat16") and self.device != "cpu":
             # GPUs hold half-precision weights; the CPU keeps fp32 weights and autocasts to bf16.
             model_kwargs["dtype"] = getattr(torch, self.dtype)
-        log.info("loading %s (%s backend) on %s, %s", record.name, record.backend, self.device, self.dtype)
+        log.info("loading %s (%s) on %s, %s", record.name, record.kind, self.device, self.dtype)
 
-        if record.backend == "transformers":
+        if record.kind == "transformers":
             transformer_cls, pooling_cls = _st_modules()
             transformer = transformer_cls(
                 self.model.source,

@@ -90,7 +90,7 @@ def export_key_inputs(model) -> dict[str, Any]:
     return {
         "format": EXPORT_FORMAT,
         "model": model.identity,
-        "settings": {"backend": settings["backend"], "params": settings["params"]},
+        "settings": {"kind": settings["kind"], "params": settings["params"]},
         "opset": OPSET,
         "torch": _version("torch"),
         "transformers": _version("transformers"),

@@ -47,7 +47,7 @@ class WorkerSlot:
 class EncoderSpec:
     """How to build this run's encoder in another process: the resolved model and ``Encoder`` arguments."""
 
-    model: Any  # harness.models.registry.ResolvedModel
+    model: Any  # harness.models.resolve.ResolvedModel
     batch_size: int
     options: dict[str, Any] = field(default_factory=dict)
     cache_dir: str | None = None  # where the encoder keeps its exported models and runtime checks

@@ -1,1 +1,1 @@
-"""models"""
+"""The models stage: records (``registry``), weight identity (``identity``), the hub (``hub``), resolution (``resolve``)."""

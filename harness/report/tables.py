@@ -202,7 +202,7 @@ def _matches(spec: str, result: StoredResult) -> bool:
     if path.exists():
         # A checkpoint folder passed by path: the slug the harness derives from it names the result.
         try:
-            from harness.models.registry import resolve_model
+            from harness.models.resolve import resolve_model
 
             return resolve_model(spec).slug == result.model_slug
         except (HarnessError, ImportError):

@@ -1,8 +1,9 @@
-"""Published numbers (``configs/references.yaml``): what a paper or a leaderboard says a model scores.
+"""Published numbers (``records/references.yaml``): what a paper or a leaderboard says a model scores.
 
 Each entry names its source and the evaluation conditions that source used, so a comparison can say
 exactly what it compares against. Where two sources publish the same cell, both are kept and the one
-marked ``preferred`` is used by default.
+marked ``preferred`` is used by default. A ``references.yaml`` in ``HARNESS_CONFIG_DIR`` adds sources and
+entries; a source with a shipped id, or an entry for a shipped (model, dataset, source) cell, replaces it.
 """
 
 from __future__ import annotations
@@ -11,10 +12,58 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import StrictFloat, model_validator
 
+from harness.core.config import Record, read_yaml, record_files, validate
 from harness.core.errors import HarnessError, InputError
-from harness.core.paths import config_dir
+from harness.models.registry import find_record
+
+REFERENCES_FILE = "references.yaml"
+
+
+class SourceRecord(Record):
+    """A ``sources:`` entry: where numbers were published (a commit, a paper table or a url)."""
+
+    title: str | None = None
+    repo: str | None = None
+    file: str | None = None
+    commit: str | None = None
+    url: str | None = None
+    paper: str | None = None
+    table: str | None = None
+    evaluator: str | None = None
+    conditions: dict[str, Any] = {}
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _names_a_location(self) -> SourceRecord:
+        if not (self.commit or self.paper or self.url):
+            raise ValueError("a source must name a commit, a paper or a url")
+        return self
+
+
+class EntryRecord(Record):
+    """An ``entries:`` item: one model x dataset cell of published metrics from one source."""
+
+    model: str
+    dataset: str
+    source: str
+    metrics: dict[str, StrictFloat]
+    preferred: bool = False
+    verified: bool = True
+    file: str | None = None
+    commit: str | None = None
+    paper: str | None = None
+    table: str | None = None
+    mteb_version: str | None = None
+    note: str = ""
+
+
+class ReferencesFile(Record):
+    """A whole references file."""
+
+    sources: dict[str, SourceRecord] = {}
+    entries: list[EntryRecord] = []
 
 
 @dataclass(frozen=True)
@@ -47,79 +96,71 @@ class Reference:
         return f"{self.source.id}: {where}{flag}"
 
 
-def references_path() -> Path:
-    return config_dir() / "references.yaml"
+def _location(
+    paper: str | None, table: str | None, repo: str | None, file: str | None, commit: str | None
+) -> str:
+    if paper:
+        return f"{paper}, {table or 'table ?'}"
+    text = ":".join(part for part in (repo, file) if part)
+    return f"{text}@{commit[:12]}" if commit else text
 
 
-def _location(record: dict[str, Any]) -> str:
-    if record.get("paper"):
-        return f"{record['paper']}, {record.get('table', 'table ?')}"
-    parts = [str(record[key]) for key in ("repo", "file") if record.get(key)]
-    text = ":".join(parts)
-    if record.get("commit"):
-        text += f"@{str(record['commit'])[:12]}"
-    return text
+def _source(source_id: str, record: SourceRecord) -> Source:
+    location = _location(record.paper, record.table, record.repo, record.file, record.commit)
+    return Source(
+        id=source_id,
+        title=record.title or source_id,
+        location=location or record.url or "",
+        conditions=dict(record.conditions),
+        note=record.note.strip(),
+    )
+
+
+def _reference(entry: EntryRecord, source: Source, record: SourceRecord) -> Reference:
+    # An entry's own file (and commit) inside its source's repository, when it names one.
+    location = (
+        _location(entry.paper, entry.table, record.repo, entry.file, entry.commit) if entry.file else ""
+    )
+    return Reference(
+        model=entry.model,
+        dataset=entry.dataset,
+        source=source,
+        metrics={name.lower(): float(value) for name, value in entry.metrics.items()},
+        preferred=entry.preferred,
+        verified=entry.verified,
+        location=location,
+        note=entry.note.strip(),
+    )
+
+
+def read_references_file(path: str | Path) -> ReferencesFile:
+    """One references file, validated (an unknown key or a non-numeric metric names the file and key)."""
+    return validate(ReferencesFile, read_yaml(path) or {}, path)
 
 
 def load_references(path: str | Path | None = None) -> list[Reference]:
-    """Read and validate the references file; every entry must name a known source and numeric metrics."""
-    path = Path(path) if path is not None else references_path()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle) or {}
-    except FileNotFoundError:
-        raise HarnessError(f"references file not found: {path}") from None
-    except yaml.YAMLError as error:
-        line = getattr(getattr(error, "problem_mark", None), "line", None)
-        raise InputError(
-            path, None if line is None else line + 1, f"not valid YAML: {' '.join(str(error).split())}"
-        ) from None
-    if not isinstance(document, dict):
-        raise InputError(path, 1, "expected a mapping with 'sources' and 'entries'")
-    sources: dict[str, Source] = {}
-    raw_sources = document.get("sources") or {}
-    for source_id, record in raw_sources.items():
-        if not isinstance(record, dict) or not (
-            record.get("commit") or record.get("paper") or record.get("url")
-        ):
-            raise InputError(path, None, f"source {source_id!r} names no commit, paper or url")
-        sources[source_id] = Source(
-            id=source_id,
-            title=str(record.get("title", source_id)),
-            location=_location(record) or str(record.get("url", "")),
-            conditions=dict(record.get("conditions") or {}),
-            note=str(record.get("note", "")).strip(),
-        )
+    """The references: ``path`` alone, else the shipped file with the user's on top.
+
+    Every entry must name a source defined in one of the files read.
+    """
+    paths = [Path(path)] if path is not None else record_files(REFERENCES_FILE)
+    if path is not None and not paths[0].is_file():
+        raise HarnessError(f"references file not found: {path}")
+    sources: dict[str, tuple[SourceRecord, Source]] = {}
+    entries: dict[tuple[str, str, str], tuple[EntryRecord, Path]] = {}
+    for file in paths:
+        document = read_references_file(file)
+        sources.update({key: (record, _source(key, record)) for key, record in document.sources.items()})
+        for entry in document.entries:
+            entries[(entry.model.lower(), entry.dataset, entry.source)] = (entry, file)
     references: list[Reference] = []
-    for number, record in enumerate(document.get("entries") or [], start=1):
-        where = f"entry {number}"
-        if not isinstance(record, dict):
-            raise InputError(path, None, f"{where} is not a mapping")
-        missing = [key for key in ("model", "dataset", "source", "metrics") if key not in record]
-        if missing:
-            raise InputError(path, None, f"{where} lacks {', '.join(missing)}")
-        if record["source"] not in sources:
-            raise InputError(path, None, f"{where} names unknown source {record['source']!r}")
-        metrics = record["metrics"]
-        if not isinstance(metrics, dict) or not all(
-            isinstance(value, (int, float)) and not isinstance(value, bool) for value in metrics.values()
-        ):
-            raise InputError(path, None, f"{where}: 'metrics' must map metric names to numbers")
-        references.append(
-            Reference(
-                model=str(record["model"]),
-                dataset=str(record["dataset"]),
-                source=sources[record["source"]],
-                metrics={str(name).lower(): float(value) for name, value in metrics.items()},
-                preferred=bool(record.get("preferred", False)),
-                verified=bool(record.get("verified", True)),
-                # An entry's own file (and commit) inside its source's repository, when it names one.
-                location=_location({"repo": raw_sources[record["source"]].get("repo"), **record})
-                if record.get("file")
-                else "",
-                note=str(record.get("note", "")).strip(),
+    for entry, file in entries.values():
+        if entry.source not in sources:
+            raise InputError(
+                file, None, f"entry {entry.model} on {entry.dataset} names unknown source {entry.source!r}"
             )
-        )
+        record, source = sources[entry.source]
+        references.append(_reference(entry, source, record))
     return references
 
 
@@ -127,10 +168,8 @@ def model_aliases(name: str) -> set[str]:
     """``name`` plus, for a registry model, its record name, aliases and hub id (how sources name it)."""
     names = {name}
     try:
-        from harness.models.registry import find_record
-
         record = find_record(name)
-    except (HarnessError, ImportError):
+    except HarnessError:
         record = None
     if record is not None:
         names |= {record.name, *record.aliases}

@@ -1,7 +1,8 @@
 """``harness reproduce SUITE``: run a list of model x dataset conditions and check them against published numbers.
 
-A suite (``configs/suites/<name>.yaml``) lists conditions, each with the numbers it must reproduce
-(inline, or taken from ``configs/references.yaml``) and a tolerance (default 0.0005 absolute, as
+A suite (``records/suites/<name>.yaml``, or ``HARNESS_CONFIG_DIR/suites/<name>.yaml``, which adds
+suites and replaces a shipped one of the same name) lists conditions, each with the numbers it must reproduce
+(inline, or taken from ``references.yaml``) and a tolerance (default 0.0005 absolute, as
 pyserini's two-click reproductions use). Every condition is run through the normal pipeline, which
 reuses an unchanged result folder and cached embeddings, so a second run only re-checks. A condition
 whose model or data cannot be obtained here is SKIPPED with the reason, never counted as OK.
@@ -35,14 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import StrictFloat, field_validator, model_validator
 
+from harness import pipeline
+from harness.core.config import Record, read_yaml, record_folder_files, validate
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write
-from harness.core.paths import config_dir
+from harness.evaluation.metrics import parse_metrics
+from harness.pipeline import EvalOptions
 from harness.report.tables import pretty_metric
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.store import StoredResult
+from harness.retrieval.dense import parse_index_spec
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,68 @@ SUITE_OPTIONS = {
 # Float round-off in a difference must not turn a cell at exactly the tolerance into a MISS.
 _EPSILON = 1e-9
 
-RunEval = Callable[[str, str, Any], StoredResult]
+RunEval = Callable[[str, str, EvalOptions], StoredResult]
+
+
+def _checked_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - SUITE_OPTIONS)
+    if unknown:
+        allowed = ", ".join(sorted(SUITE_OPTIONS))
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} (allowed: {allowed})")
+    return options
+
+
+def _checked_tolerance(value: float | None) -> float | None:
+    if value is not None and value < 0:
+        raise ValueError(f"tolerance must be a non-negative number, got {value!r}")
+    return value
+
+
+class ConditionRecord(Record):
+    """One ``conditions:`` item: a model x dataset pair and where its expected numbers come from."""
+
+    model: str
+    dataset: str
+    reference: str | None = None  # a references.yaml source id, or "preferred" (the default)
+    expected: dict[str, StrictFloat] | None = None
+    source: str | None = None
+    metrics: list[str] | None = None
+    tolerance: StrictFloat | None = None
+    options: dict[str, Any] = {}
+
+    _tolerance = field_validator("tolerance")(_checked_tolerance)
+    _options = field_validator("options")(_checked_options)
+
+    @model_validator(mode="after")
+    def _inline_values_name_a_source(self) -> ConditionRecord:
+        if not self.model.strip() or not self.dataset.strip():
+            raise ValueError("a condition needs 'model' and 'dataset'")
+        if self.expected is not None and not self.expected:
+            raise ValueError("'expected' must map metric names to numbers")
+        if self.expected and not self.source:
+            raise ValueError("inline 'expected' values need a 'source' saying where they come from")
+        return self
+
+
+class SuiteRecord(Record):
+    """A whole suite file."""
+
+    name: str | None = None
+    description: str = ""
+    tolerance: StrictFloat = DEFAULT_TOLERANCE
+    fail_on_skip: bool = False
+    options: dict[str, Any] = {}
+    conditions: list[ConditionRecord]
+
+    _tolerance = field_validator("tolerance")(_checked_tolerance)
+    _options = field_validator("options")(_checked_options)
+
+    @field_validator("conditions")
+    @classmethod
+    def _not_empty(cls, value: list[ConditionRecord]) -> list[ConditionRecord]:
+        if not value:
+            raise ValueError("a suite needs a non-empty 'conditions' list")
+        return value
 
 
 @dataclass
@@ -122,15 +188,14 @@ class ReproduceReport:
 
 
 def suite_path(name_or_path: str) -> Path:
-    """``offline-smoke`` -> ``configs/suites/offline-smoke.yaml``; an existing file is taken as is."""
+    """``offline-smoke`` -> the user's or the shipped ``suites/offline-smoke.yaml``; a YAML file as is."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path
-    candidate = config_dir() / "suites" / f"{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate
-    known = sorted(p.stem for p in (config_dir() / "suites").glob("*.yaml"))
-    raise HarnessError(f"unknown suite {name_or_path!r}; known suites: {', '.join(known) or 'none'}")
+    suites = record_folder_files("suites")
+    if name_or_path in suites:
+        return suites[name_or_path]
+    raise HarnessError(f"unknown suite {name_or_path!r}; known suites: {', '.join(sorted(suites)) or 'none'}")
 
 
 def _from_references(
@@ -138,9 +203,7 @@ def _from_references(
 ) -> tuple[dict[str, float], str, list[str]]:
     found = find_references(references, model_aliases(model), dataset)
     if not found:
-        raise InputError(
-            path, None, f"{where}: configs/references.yaml has no entry for {model} on {dataset}"
-        )
+        raise InputError(path, None, f"{where}: references.yaml has no entry for {model} on {dataset}")
     chosen = (
         found[0]
         if source_id in (None, "preferred")
@@ -163,130 +226,68 @@ def _from_references(
 def load_suite(name_or_path: str, references_file: str | Path | None = None) -> Suite:
     """Read and validate a suite; every condition ends up with expected values and a named source."""
     path = suite_path(name_or_path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle) or {}
-    except yaml.YAMLError as error:
-        line = getattr(getattr(error, "problem_mark", None), "line", None)
-        raise InputError(
-            path, None if line is None else line + 1, f"not valid YAML: {' '.join(str(error).split())}"
-        ) from None
-    if (
-        not isinstance(document, dict)
-        or not isinstance(document.get("conditions"), list)
-        or not document["conditions"]
-    ):
-        raise InputError(path, None, "a suite needs a non-empty 'conditions' list")
-    default_tolerance = _tolerance(path, "suite", document.get("tolerance", DEFAULT_TOLERANCE))
-    shared_options = _options(path, "suite", document.get("options") or {})
+    document = validate(SuiteRecord, read_yaml(path) or {}, path)
     references: list[Reference] | None = None
     conditions = []
-    for number, entry in enumerate(document["conditions"], start=1):
+    for number, entry in enumerate(document.conditions, start=1):
         where = f"condition {number}"
-        if not isinstance(entry, dict) or not entry.get("model") or not entry.get("dataset"):
-            raise InputError(path, None, f"{where} needs 'model' and 'dataset'")
-        model, dataset = str(entry["model"]), str(entry["dataset"])
         also: list[str] = []
-        if "expected" in entry:
-            expected = entry["expected"]
-            if (
-                not isinstance(expected, dict)
-                or not expected
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in expected.values())
-            ):
-                raise InputError(path, None, f"{where}: 'expected' must map metric names to numbers")
-            if not entry.get("source"):
-                raise InputError(
-                    path,
-                    None,
-                    f"{where}: inline 'expected' values need a 'source' saying where they come from",
-                )
-            expected = {str(k).lower(): float(v) for k, v in expected.items()}
-            source = str(entry["source"])
+        if entry.expected is not None:
+            expected = {key.lower(): float(value) for key, value in entry.expected.items()}
+            source = str(entry.source)
         else:
             if references is None:
                 references = load_references(references_file)
-            reference = entry.get("reference")
-            expected, source, also = _from_references(path, where, model, dataset, reference, references)
-        if entry.get("metrics"):
-            wanted = [str(m).lower() for m in entry["metrics"]]
-            unknown = [m for m in wanted if m not in expected]
+            expected, source, also = _from_references(
+                path, where, entry.model, entry.dataset, entry.reference, references
+            )
+        if entry.metrics:
+            wanted = [metric.lower() for metric in entry.metrics]
+            unknown = [metric for metric in wanted if metric not in expected]
             if unknown:
                 raise InputError(path, None, f"{where}: no expected value for {', '.join(unknown)}")
-            expected = {m: expected[m] for m in wanted}
+            expected = {metric: expected[metric] for metric in wanted}
         conditions.append(
             Condition(
-                model=model,
-                dataset=dataset,
+                model=entry.model,
+                dataset=entry.dataset,
                 expected=expected,
                 source=source,
-                tolerance=_tolerance(path, where, entry.get("tolerance", default_tolerance)),
-                options={**shared_options, **_options(path, where, entry.get("options") or {})},
+                tolerance=document.tolerance if entry.tolerance is None else entry.tolerance,
+                options={**document.options, **entry.options},
                 also=also,
             )
         )
     return Suite(
-        name=str(document.get("name") or path.stem),
+        name=document.name or path.stem,
         path=path,
-        description=str(document.get("description", "")).strip(),
+        description=document.description.strip(),
         conditions=conditions,
-        fail_on_skip=bool(document.get("fail_on_skip", False)),
+        fail_on_skip=document.fail_on_skip,
     )
-
-
-def _tolerance(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise InputError(path, None, f"{where}: tolerance must be a non-negative number, got {value!r}")
-    return float(value)
-
-
-def _options(path: Path, where: str, options: Any) -> dict[str, Any]:
-    if not isinstance(options, dict):
-        raise InputError(path, None, f"{where}: 'options' must be a mapping")
-    unknown = sorted(set(options) - SUITE_OPTIONS)
-    if unknown:
-        raise InputError(
-            path,
-            None,
-            f"{where}: unknown option(s) {', '.join(unknown)}",
-            f"allowed: {', '.join(sorted(SUITE_OPTIONS))}",
-        )
-    return dict(options)
 
 
 # --------------------------------------------------------------------------------------------- running
 
 
-def _condition_options(base: Any, condition: Condition) -> Any:
+def _condition_options(base: EvalOptions, condition: Condition) -> EvalOptions:
     """The command line's options with the suite's settings applied and the checked metrics added."""
     options = dataclasses.replace(base, **condition.options)
-    if hasattr(options, "metrics"):
-        from harness.evaluation.metrics import parse_metrics
-
-        computed = set(parse_metrics(options.metrics, options.ks))
-        missing = [metric for metric in condition.expected if metric not in computed]
-        if missing:
-            options = dataclasses.replace(options, metrics=[*options.metrics, *missing])
+    computed = set(parse_metrics(options.metrics, options.ks))
+    missing = [metric for metric in condition.expected if metric not in computed]
+    if missing:
+        options = dataclasses.replace(options, metrics=[*options.metrics, *missing])
     return options
 
 
-def _check_options(options: Any) -> None:
-    """A bad index in the suite (or on the command line) is an error, not a skipped condition."""
-    if hasattr(options, "index"):
-        from harness.retrieval.dense import parse_index_spec
-
-        parse_index_spec(options.index)
-
-
-def run_suite(suite: Suite, base_options: Any, run_eval: RunEval | None = None) -> ReproduceReport:
+def run_suite(suite: Suite, base_options: EvalOptions, run_eval: RunEval | None = None) -> ReproduceReport:
     """Run (or reuse) every condition and compare each expected metric; model/data failures are SKIPPED."""
-    if run_eval is None:
-        from harness.pipeline import run_eval as pipeline_run_eval
-
-        run_eval = pipeline_run_eval
+    # Looked up at call time so the pipeline can be stood in for (tests, dry runs).
+    run_eval = pipeline.run_eval if run_eval is None else run_eval
     prepared = [(condition, _condition_options(base_options, condition)) for condition in suite.conditions]
     for _, options in prepared:
-        _check_options(options)
+        # A bad index in the suite (or on the command line) is an error, not a skipped condition.
+        parse_index_spec(options.index)
     checks: list[Check] = []
     for condition, options in prepared:
         log.info("reproduce %s: %s on %s", suite.name, condition.model, condition.dataset)

@@ -1,6 +1,6 @@
 """BM25 baseline through ``bm25s``: a cached lexical index over a BEIR corpus, ranked like a dense model's run.
 
-A model record with ``backend: bm25`` carries its scoring and text-analysis settings in ``params`` (see
+A model record with ``kind: bm25`` carries its scoring and text-analysis settings in ``params`` (see
 ``BM25Params``). The index is built by streaming the corpus through a ``bm25s`` tokenizer, saved with
 ``bm25s``'s own ``save`` (``.npy`` arrays without pickle plus JSON), and reused while the corpus checksum and
 every setting, library versions included, stay the same.
@@ -45,6 +45,8 @@ DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 # Lucene's StandardTokenizer (Unicode UAX#29 word breaks), as far as a regex gets: word characters, joined
 # across ``. : ' ’ ·`` between letters ("e.g", "o'brien") and ``, . ; ' ’`` between digits ("3.5", "1,000").
 UAX29_TOKEN_PATTERN = r"(?u)\w+(?:(?:(?<=[^\W\d_])[:.'’·](?=[^\W\d_])|(?<=\d)[,.;'’](?=\d))\w+)*"
+# Short names a record may give as ``token_pattern`` instead of a regex: the regexes live only here.
+TOKEN_PATTERNS = {"words": DEFAULT_TOKEN_PATTERN, "uax29": UAX29_TOKEN_PATTERN}
 
 _POSSESSIVE = re.compile(r"['’]s$")
 
@@ -78,6 +80,8 @@ class BM25Params:
         record_join = getattr(record, "title_join", None)
         if "title_join" not in raw and isinstance(record_join, str):
             raw["title_join"] = record_join
+        if raw.get("token_pattern") in TOKEN_PATTERNS:
+            raw["token_pattern"] = TOKEN_PATTERNS[raw["token_pattern"]]
         if isinstance(raw.get("stopwords"), list):
             raw["stopwords"] = tuple(str(word) for word in raw["stopwords"])
         try:
