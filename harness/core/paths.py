@@ -1,15 +1,9 @@
-"""Where the harness finds its configs and keeps its data, cache and results."""
+"""Where the harness keeps its data, cache and results (records: harness.core.config)."""
 
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
-
-
-def config_dir() -> Path:
-    """Transitional: the shipped records folder, or ``HARNESS_CONFIG_DIR`` instead of it."""
-    return Path(os.environ.get("HARNESS_CONFIG_DIR") or str(resources.files("harness") / "records"))
 
 
 def default_data_dir() -> Path:
