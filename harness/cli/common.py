@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.evaluation.compare import SignificanceSettings
+
 PAIRED_TESTS = ("permutation", "ttest", "wilcoxon")
 CORRECTIONS = ("holm", "bonferroni", "none")
 
@@ -60,3 +62,14 @@ def add_significance_arguments(parser: argparse.ArgumentParser, *, correction_sc
         default="holm",
         help=f"multiple-comparison correction over {correction_scope} (default: %(default)s)",
     )
+
+
+def significance_settings(args: argparse.Namespace) -> SignificanceSettings:
+    """The settings read by :func:`add_significance_arguments`, checked."""
+    return SignificanceSettings(
+        test=args.test,
+        n_resamples=args.n_resamples,
+        seed=args.seed,
+        alpha=args.alpha,
+        correction=args.correction,
+    ).validate()
