@@ -130,10 +130,11 @@ def test_csv_has_one_tidy_line_per_cell_with_marks(results_dir, truth, capsys):
         and finetuned["significant"] == "true"
         and finetuned["direction"] == "better"
     )
-    assert float(finetuned["p_adjusted"]) < 0.05 and finetuned["baseline"] == "base-model"
-    assert float(finetuned["diff_vs_baseline"]) == pytest.approx(1.0 - truth["base_scifact"])
+    assert float(finetuned["p_value_adjusted"]) < 0.05 and finetuned["baseline"] == "base-model"
+    assert float(finetuned["difference"]) == pytest.approx(1.0 - truth["base_scifact"])
+    assert int(finetuned["paired_queries"]) == truth["scifact_queries"]
     mixed = cell[("ndcg@10", "scifact", "mixed-model")]
-    assert mixed["significant"] == "false" and mixed["best"] == "false" and float(mixed["p_adjusted"]) > 0.05
+    assert mixed["significant"] == "false" and mixed["best"] == "false" and float(mixed["p_value_adjusted"]) > 0.05
     broken = cell[("ndcg@10", "scifact", "broken-model")]
     assert broken["direction"] == "worse"
     base = cell[("ndcg@10", "scifact", "base-model")]
@@ -153,7 +154,7 @@ def test_correction_is_applied_across_the_table(results_dir, capsys):
         assert code == 0, err
         rows = csv.DictReader(io.StringIO(out))
         return {
-            (r["metric"], r["dataset"], r["model"]): (float(r["p_value"]), float(r["p_adjusted"]))
+            (r["metric"], r["dataset"], r["model"]): (float(r["p_value"]), float(r["p_value_adjusted"]))
             for r in rows
             if r["p_value"]
         }

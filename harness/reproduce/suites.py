@@ -40,7 +40,7 @@ import yaml
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write
 from harness.core.paths import config_dir
-from harness.report.tables import pretty_metric
+from harness.evaluation.metrics import pretty_metric
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.store import StoredResult
 
