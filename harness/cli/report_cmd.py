@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.common import add_significance_arguments, positive_int, significance_settings
+from harness.cli.common import (
+    add_eval_arguments,
+    add_significance_arguments,
+    options_from_args,
+    positive_int,
+    significance_settings,
+)
 from harness.core.fileio import atomic_write
 from harness.core.paths import default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS
@@ -14,6 +20,7 @@ from harness.report.charts import write_charts
 from harness.report.formats import FORMATS, render
 from harness.report.html import write_report
 from harness.report.tables import TableSet, build_tables
+from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
 from harness.results.collect import collect_results
 
 
@@ -85,9 +92,6 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from harness.cli.eval_cmd import options_from_args
-    from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
-
     suite = load_suite(args.suite, args.references)
     options = options_from_args(args)
     report = run_suite(suite, options)
@@ -145,7 +149,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reproduce.add_argument(
         "--references", type=Path, help="published numbers (default: configs/references.yaml)"
     )
-    from harness.cli.eval_cmd import add_eval_arguments
-
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)
