@@ -9,11 +9,10 @@ from harness.core.paths import default_cache_dir, default_data_dir, default_resu
 from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import PIPELINE_METRICS
+from harness.evaluation.significance import CORRECTIONS
+from harness.evaluation.significance import TESTS as PAIRED_TESTS
 from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.pipeline import EvalOptions
-
-PAIRED_TESTS = ("permutation", "ttest", "wilcoxon")
-CORRECTIONS = ("holm", "bonferroni", "none")
 
 
 def positive_int(text: str) -> int:
