@@ -13,6 +13,8 @@ import pytest
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
+from harness.core.errors import HarnessError
+from harness.results.collect import collect_results, display_labels, select_models
 
 MODELS = ["base-model", "finetuned-model", "mixed-model", "broken-model"]
 
@@ -318,3 +320,15 @@ def test_bad_options_fail_with_one_line(results_dir, capsys, args, message):
 def test_missing_results_folder_fails_with_one_line(tmp_path, capsys):
     code, out, err = table(capsys, str(tmp_path / "nowhere"))
     assert code == 2 and "does not exist" in err and "Traceback" not in err
+
+
+def test_collection_and_model_selection_live_in_results(results_dir):
+    collection = collect_results(results_dir)
+    assert {(r.dataset, r.model) for r in collection.results} >= {("scifact", m) for m in MODELS}
+    assert select_models(collection.results, ["finetuned-model", "base-model"]) == [
+        "finetuned-model",
+        "base-model",
+    ]
+    assert display_labels(collection.results, ["base-model"]) == {"base-model": "base-model"}
+    with pytest.raises(HarnessError, match="no results for model 'nope'"):
+        select_models(collection.results, ["nope"])
