@@ -45,6 +45,7 @@ class EvalOptions:
     relevance_level: int = 1
     complete: bool = False
     strict: bool = False
+    qrels_duplicates: str = "error"  # a (query, doc) pair judged twice: "error" (trec_eval) or "last" (BEIR)
     trust_remote_code: bool = False
     shard_size: int = 50_000
     force: bool = False
@@ -78,7 +79,12 @@ def _resolved_config(
         # A new stemmer release changes BM25 scores, so it must not reuse an old result.
         libraries = library_versions()
     return {
-        "dataset": {"name": dataset.name, "split": dataset.split, "fingerprint": dataset.fingerprint()},
+        "dataset": {
+            "name": dataset.name,
+            "split": dataset.split,
+            "fingerprint": dataset.fingerprint(),
+            "qrels_duplicates": dataset.qrels_duplicates,
+        },
         "model": {
             "spec": model.record.name,
             "identity": model.identity,
@@ -172,13 +178,16 @@ def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer:
 
 def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
     """Resolve (and if needed download) the dataset and the model record; fails fast on bad names."""
-    from harness.datasets.beir import load_dataset, prepare_dataset
+    from harness.datasets.beir import load_dataset
+    from harness.datasets.prepare import prepare_dataset
     from harness.models.registry import resolve_model
 
     model = resolve_model(model_spec, trust_remote_code=options.trust_remote_code)
     folder = prepare_dataset(dataset_spec, data_dir=options.data_dir, mirror=options.mirror)
     name = dataset_spec if not Path(dataset_spec).exists() else None
-    dataset = load_dataset(folder, options.split, strict=options.strict, name=name)
+    dataset = load_dataset(
+        folder, options.split, strict=options.strict, name=name, qrels_duplicates=options.qrels_duplicates
+    )
     return dataset, model
 
 
@@ -283,7 +292,7 @@ class PairOutcome:
 
 def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
     """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
-    from harness.datasets.beir import get_dataset_record
+    from harness.datasets.registry import get_dataset_record
     from harness.encoding.encoder import check_encoder_options
     from harness.evaluation.metrics import parse_metrics
     from harness.models.registry import resolve_model

@@ -5,7 +5,7 @@ common), writes them as TREC files in a temporary folder, then evaluates nDCG@10
 MAP and MRR@10 from the files with each tool in its own subprocess, so wall time (including
 imports and reading) and peak resident memory are per tool:
 
-- harness: ``read_qrels`` + ``read_run`` + ``harness.evaluation.metrics.evaluate``
+- harness: ``datasets.qrels.read_qrels`` + ``read_run`` + ``harness.evaluation.metrics.evaluate``
 - pytrec_eval: files read with the ``csv`` module into dicts, then ``RelevanceEvaluator``
   (it has no MRR@10, so it computes full MRR, ``recip_rank``: the same amount of work)
 - ranx: ``Qrels.from_file`` / ``Run.from_file`` + ``ranx.evaluate`` (one untimed warm-up run
@@ -64,10 +64,11 @@ def child(tool: str, qrels_path: str, run_path: str) -> None:
     import resource
 
     if tool == "harness":
+        from harness.datasets.qrels import read_qrels
         from harness.evaluation.metrics import evaluate
-        from harness.evaluation.trec import read_qrels, read_run
+        from harness.evaluation.trec import read_run
 
-        metrics = evaluate(read_qrels(qrels_path), read_run(run_path), METRICS).aggregate
+        metrics = evaluate(read_qrels(qrels_path).qrels, read_run(run_path), METRICS).aggregate
     elif tool == "pytrec_eval":
         import csv
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.fileio import file_digest
-from harness.datasets.beir import load_qrels
+from harness.datasets.qrels import read_qrels
 from harness.evaluation.trec import write_run
 from harness.results.store import result_dir, write_result
 
@@ -20,7 +20,7 @@ METRICS = ["ndcg@10", "recall@100"]
 
 
 def real_qrels(mirror: Path, dataset: str) -> dict[str, dict[str, int]]:
-    return load_qrels(mirror / dataset / "qrels" / "test.tsv").qrels
+    return read_qrels(mirror / dataset / "qrels" / "test.tsv").qrels
 
 
 def real_fingerprint(

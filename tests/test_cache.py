@@ -15,10 +15,14 @@ from conftest import REPO_ROOT
 from tiny_bert import tiny_record
 
 from harness.cli import main
+from harness.core.cache import cache_entries
 from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
+from harness.encoding.onnx import ensure_exported
 from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
-from harness.models.registry import resolve_record
+from harness.models.registry import resolve_model, resolve_record
+from harness.retrieval.bm25 import BM25Retriever
+from harness.retrieval.dense import build_or_load_index, parse_index_spec
 
 DOCS = [
     ("d0", "Immune cells", "They fight cancer in the blood."),
@@ -248,15 +252,15 @@ def test_cache_list_and_clear_through_the_cli(tmp_path, beir_folder, tiny_bert_d
     encoder = _encoder(tiny_bert_dir)
     corpus = cache.corpus(dataset, encoder, shard_size=4, progress=False)
     cache.queries(dataset, encoder)
-    entries = cache.entries()
-    assert sorted(entry["kind"] for entry in entries) == ["corpus", "queries"]
-    assert all(entry["complete"] and entry["bytes"] > 0 for entry in entries)
+    entries = cache_entries(cache_dir)
+    assert sorted(entry.details["part"] for entry in entries) == ["corpus", "queries"]
+    assert all(entry.kind == "embeddings" and entry.complete and entry.bytes > 0 for entry in entries)
 
     assert main(["cache", "list", "--cache-dir", str(cache_dir)]) == 0
     listing = capsys.readouterr().out
     assert corpus.key[:12] in listing and "tinyset" in listing and "3/3" in listing
     assert main(["cache", "list", "--cache-dir", str(cache_dir), "--json"]) == 0
-    assert {e["key"] for e in json.loads(capsys.readouterr().out)} == {e["key"] for e in entries}
+    assert {e["key"] for e in json.loads(capsys.readouterr().out)} == {e.key for e in entries}
 
     assert main(["cache", "clear", "--cache-dir", str(cache_dir)]) == 2
     assert main(["cache", "clear", "ffffnotakey", "--cache-dir", str(cache_dir)]) == 2
@@ -267,6 +271,43 @@ def test_cache_list_and_clear_through_the_cli(tmp_path, beir_folder, tiny_bert_d
     assert main(["cache", "clear", corpus.key[:10], "--cache-dir", str(cache_dir)]) == 0
     assert "removed 1 entry" in capsys.readouterr().out
     assert not corpus.directory.exists()
-    assert [entry["kind"] for entry in cache.entries()] == ["queries"]
+    assert [entry.details["part"] for entry in cache_entries(cache_dir)] == ["queries"]
     assert main(["cache", "clear", "--all", "--cache-dir", str(cache_dir)]) == 0
-    assert cache.entries() == []
+    assert cache_entries(cache_dir) == []
+
+
+def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tiny_bert_dir, capsys):
+    """Embeddings, a FAISS index over them, a BM25 index and an ONNX export, all in one listing."""
+    cache_dir = tmp_path / "cache"
+    dataset = load_dataset(beir_folder, "test")
+    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2, cache_dir=cache_dir)
+    corpus = EmbeddingCache(cache_dir).corpus(dataset, encoder, shard_size=4, progress=False)
+    build_or_load_index(parse_index_spec("HNSW8"), corpus)
+    BM25Retriever(resolve_model("bm25").record, cache_dir=cache_dir, progress=False).retrieve(dataset, 5)
+    ensure_exported(encoder.load(), encoder.model, cache_dir)
+    (cache_dir / "bm25" / ".half-written.abc.tmp").mkdir()  # what a killed BM25 build leaves
+
+    entries = cache_entries(cache_dir)
+    assert sorted(entry.kind for entry in entries) == ["bm25", "embeddings", "faiss", "onnx"]
+    assert all(entry.complete and entry.bytes > 0 for entry in entries)
+    by_kind = {entry.kind: entry for entry in entries}
+    assert by_kind["faiss"].path.parent == corpus.directory
+    assert by_kind["bm25"].dataset == "tinyset" and by_kind["bm25"].details["count"] == len(DOCS)
+    # Sizes add up to what is on disk: nothing counted twice (the FAISS file sits in the embeddings folder).
+    on_disk = sum(p.stat().st_size for p in cache_dir.rglob("*") if p.is_file() and ".tmp" not in str(p))
+    assert sum(entry.bytes for entry in entries) == on_disk
+
+    assert main(["cache", "list", "--cache-dir", str(cache_dir), "--kind", "bm25", "--json"]) == 0
+    assert [e["kind"] for e in json.loads(capsys.readouterr().out)] == ["bm25"]
+    assert main(["cache", "list", "--cache-dir", str(cache_dir)]) == 0
+    listing = capsys.readouterr().out
+    assert all(kind in listing for kind in ("embeddings", "faiss", "bm25", "onnx", "HNSW8"))
+    assert "1 leftover temporary file(s)" in listing
+
+    assert main(["cache", "clear", "--leftovers", "--cache-dir", str(cache_dir)]) == 0
+    assert "removed 0 entries and 1 leftover file(s)" in capsys.readouterr().out
+    assert len(cache_entries(cache_dir)) == 4 and not list(cache_dir.rglob("*.tmp"))
+    assert main(["cache", "clear", "--all", "--kind", "onnx", "--cache-dir", str(cache_dir)]) == 0
+    assert sorted(entry.kind for entry in cache_entries(cache_dir)) == ["bm25", "embeddings", "faiss"]
+    assert main(["cache", "clear", "--all", "--cache-dir", str(cache_dir)]) == 0
+    assert cache_entries(cache_dir) == [] and "freed" in capsys.readouterr().out

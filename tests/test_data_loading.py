@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import harness.datasets.beir as data
+import harness.datasets.checksums as checksums_module
 from harness.cli import main
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
-from harness.datasets.beir import iter_corpus, load_dataset, load_qrels, load_queries
+from harness.datasets.beir import iter_corpus, load_dataset, load_queries
+from harness.datasets.checksums import SIDECAR_FILE, ChecksumStore
+from harness.datasets.qrels import read_qrels
+from harness.datasets.registry import get_dataset_record
 
 
 def write_dataset(
@@ -95,22 +98,22 @@ def test_fingerprint_is_the_sha256_of_the_three_files(beir_mirror: Path):
         name: file_digest(root / name) for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
     }
     assert dataset.fingerprint() == expected
-    assert expected["corpus.jsonl"] == data.get_dataset_record("scifact").files["corpus.jsonl"]
+    assert expected["corpus.jsonl"] == get_dataset_record("scifact").files["corpus.jsonl"]
 
 
 def test_fingerprint_is_remembered_until_the_file_changes(tmp_path: Path, beir_mirror: Path, monkeypatch):
     root = tmp_path / "scifact"
     shutil.copytree(beir_mirror / "scifact", root, ignore=shutil.ignore_patterns(".*"))
     root.chmod(0o755)  # the mirror is read-only; this copy is the user's own writable folder
-    first = load_dataset(root).fingerprint()
-    assert (root / data.SIDECAR_FILE).is_file()
+    first = load_dataset(root, checksums=ChecksumStore()).fingerprint()
+    assert (root / SIDECAR_FILE).is_file()
 
-    data._MEMO.clear()  # a new process: only the sidecar remains
+    # A new store is what a new process has: only the sidecar remains.
 
     def no_hashing(*args, **kwargs):
         raise AssertionError("re-hashed an unchanged file")
 
-    monkeypatch.setattr(data, "file_digest", no_hashing)
+    monkeypatch.setattr(checksums_module, "file_digest", no_hashing)
     assert load_dataset(root).fingerprint() == first
 
     monkeypatch.undo()
@@ -125,19 +128,17 @@ def test_read_only_folder_gets_no_sidecar(tmp_path: Path, beir_mirror: Path):
     root = tmp_path / "scifact"
     shutil.copytree(beir_mirror / "scifact", root, ignore=shutil.ignore_patterns(".*"))
     root.chmod(0o555)
-    data._MEMO.clear()
-    assert load_dataset(root).fingerprint()["corpus.jsonl"]
-    assert not (root / data.SIDECAR_FILE).exists()
+    assert load_dataset(root, checksums=ChecksumStore()).fingerprint()["corpus.jsonl"]
+    assert not (root / SIDECAR_FILE).exists()
     # Loading straight from the shared mirror leaves every file there as it was (a sidecar may ship with it).
     mirror = beir_mirror / "scifact"
     before = {path.name: path.stat().st_mtime_ns for path in mirror.iterdir()}
-    data._MEMO.clear()
-    assert load_dataset(mirror).fingerprint()["corpus.jsonl"]
+    assert load_dataset(mirror, checksums=ChecksumStore()).fingerprint()["corpus.jsonl"]
     assert {path.name: path.stat().st_mtime_ns for path in mirror.iterdir()} == before
 
 
 def test_nfcorpus_qrels_keep_graded_relevance(beir_mirror: Path):
-    qrels = load_qrels(beir_mirror / "nfcorpus" / "qrels" / "test.tsv")
+    qrels = read_qrels(beir_mirror / "nfcorpus" / "qrels" / "test.tsv", layout="beir")
     scores = Counter(score for judged in qrels.qrels.values() for score in judged.values())
     assert qrels.rows == 12334
     assert scores == {1: 11758, 2: 576}
@@ -165,7 +166,7 @@ def test_folder_without_corpus_is_a_clear_error(beir_mirror: Path):
 def test_partial_datasets_qrels_parse(beir_partial: Path, dataset, split, rows, queries, scores):
     path = beir_partial / dataset / "qrels" / f"{split}.tsv"
     assert b"\r\n" in path.read_bytes()[:200]  # the real files are CRLF
-    qrels = load_qrels(path)
+    qrels = read_qrels(path, layout="beir")
     assert qrels.rows == rows
     assert len(qrels.qrels) == queries
     assert {score for judged in qrels.qrels.values() for score in judged.values()} == scores
@@ -220,14 +221,19 @@ def test_qrels_naming_missing_queries_and_docs_are_reported_then_strict_refuses(
     duplicated = write_dataset(
         tmp_path / "dup", DOCS, QUERIES, [("q1", "d1", 1), ("q1", "d2", 0), ("q1", "d1", 2)]
     )
-    dataset = load_dataset(duplicated)
+    with pytest.raises(
+        InputError,
+        match=r"qrels/test.tsv:4: duplicate judgment for query 'q1', document 'd1' \(first on line 2\)",
+    ):
+        load_dataset(duplicated)  # trec_eval's verdict is the default
+    dataset = load_dataset(duplicated, qrels_duplicates="last")
     assert (
         dataset.qrels == {"q1": {"d1": 2, "d2": 0}} and dataset.report.duplicate_qrels_rows == 1
     )  # BEIR: last wins
     with pytest.raises(
         InputError, match=r"qrels/test.tsv:4: \('q1', 'd1'\) is judged twice; 1 qrels rows repeat"
     ):
-        load_dataset(duplicated, strict=True)
+        load_dataset(duplicated, strict=True, qrels_duplicates="last")
 
 
 def test_cli_verify_reports_missing_references_and_strict_fails(tmp_path: Path, capsys):
@@ -275,7 +281,7 @@ def test_corpus_is_streamed_not_loaded(tmp_path: Path):
 def test_headerless_qrels_keep_their_first_row(tmp_path: Path):
     path = tmp_path / "test.tsv"
     path.write_text("q1\td1\t1\nq1\td2\t0\n", encoding="utf-8")
-    assert load_qrels(path).qrels == {"q1": {"d1": 1, "d2": 0}}
+    assert read_qrels(path, layout="beir").qrels == {"q1": {"d1": 1, "d2": 0}}
 
 
 def test_integer_ids_are_read_as_text(tmp_path: Path):

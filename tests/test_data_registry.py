@@ -10,7 +10,7 @@ import pytest
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
-from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
+from harness.datasets.registry import dataset_registry, expand_dataset_names, get_dataset_record
 
 BEIR_PUBLIC = [
     "msmarco",
@@ -125,3 +125,43 @@ def test_cli_info_unknown_name_is_one_error_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("error: unknown dataset 'nfcorpos'; did you mean nfcorpus")
+
+
+def test_user_overlay_adds_and_replaces_datasets(tmp_path: Path, monkeypatch):
+    (tmp_path / "datasets.yaml").write_text(
+        "datasets:\n"
+        "  toy: {url: https://example.org/toy.zip, splits: [dev], eval_split: dev}\n"
+        "  scifact: {url: https://example.org/scifact.zip, splits: [test], eval_split: test}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HARNESS_CONFIG_DIR", str(tmp_path))
+    registry = dataset_registry()
+    assert "nfcorpus" in registry  # shipped records stay
+    assert registry["toy"].eval_split == "dev" and registry["toy"].archive_dir == "toy"
+    assert registry["toy"].title == "toy"
+    assert registry["scifact"].url == "https://example.org/scifact.zip" and registry["scifact"].files == {}
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "problem"),
+    [
+        (
+            "datasets:\n  toy: {url: u, splits: [test], eval_split: test, eval_spilt: test}\n",
+            "dataset 'toy': unknown key 'eval_spilt' (check its spelling)",
+        ),
+        ("datasets:\n  toy: {url: u, splits: [test]}\n", "dataset 'toy': missing key 'eval_split'"),
+        (
+            "datasets:\n  toy: {url: u, splits: [test], eval_split: dev}\n",
+            "dataset 'toy': eval_split 'dev' not in splits ['test']",
+        ),
+        ("dataset:\n  toy: {url: u}\n", "unknown key 'dataset' (check its spelling)"),
+    ],
+)
+def test_registry_typos_are_one_error_naming_file_and_key(
+    tmp_path: Path, monkeypatch, capsys, yaml_text: str, problem: str
+):
+    (tmp_path / "datasets.yaml").write_text(yaml_text, encoding="utf-8")
+    monkeypatch.setenv("HARNESS_CONFIG_DIR", str(tmp_path))
+    assert main(["data", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path / 'datasets.yaml'}: {problem}\n"

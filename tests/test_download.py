@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import re
@@ -21,8 +20,10 @@ from conftest import REPO_ROOT
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
-from harness.datasets.beir import get_dataset_record, load_dataset, prepare_dataset
+from harness.datasets.beir import load_dataset
 from harness.datasets.download import DownloadError, fetch_url, install_dataset, safe_extract
+from harness.datasets.prepare import prepare_dataset
+from harness.datasets.registry import get_dataset_record
 
 SCIFACT_FILES = ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv"]
 
@@ -117,7 +118,7 @@ def server(scifact_zip: Path):
 
 def _record(url: str, zip_path: Path):
     """The scifact registry entry, pointed at a test URL and the md5 of the test zip."""
-    return dataclasses.replace(get_dataset_record("scifact"), url=url, md5=file_digest(zip_path, "md5"))
+    return get_dataset_record("scifact").model_copy(update=dict(url=url, md5=file_digest(zip_path, "md5")))
 
 
 def _assert_installed(folder: Path) -> None:
@@ -139,7 +140,9 @@ def test_registry(tmp_path: Path, monkeypatch, scifact_zip: Path):
     """A configs/ folder whose scifact entry points at ``url`` with the test zip's md5."""
 
     def make(url: str) -> Path:
-        document = yaml.safe_load((REPO_ROOT / "harness" / "records" / "datasets.yaml").read_text(encoding="utf-8"))
+        document = yaml.safe_load(
+            (REPO_ROOT / "harness" / "records" / "datasets.yaml").read_text(encoding="utf-8")
+        )
         document["datasets"]["scifact"].update(url=f"{url}/scifact.zip", md5=file_digest(scifact_zip, "md5"))
         folder = tmp_path / "configs"
         folder.mkdir(exist_ok=True)
@@ -264,7 +267,7 @@ def test_zip_with_a_parent_directory_member_is_refused(scifact_zip: Path, beir_m
     with zipfile.ZipFile(evil, "w") as bundle:
         bundle.write(beir_mirror / "scifact" / "queries.jsonl", "scifact/queries.jsonl")
         bundle.writestr("../escaped.txt", "outside")
-    record = dataclasses.replace(get_dataset_record("scifact"), url=f"{_dead_url()}/scifact.zip", md5=None)
+    record = get_dataset_record("scifact").model_copy(update=dict(url=f"{_dead_url()}/scifact.zip", md5=None))
     data_dir = tmp_path / "data"
     with pytest.raises(
         HarnessError, match=r"member '\.\./escaped\.txt' climbs out with '\.\.'; refusing the archive"
@@ -300,7 +303,7 @@ def test_local_zip_mirror_is_md5_checked(scifact_zip: Path, tmp_path: Path):
     _assert_installed(folder)
     assert (mirror / "scifact.zip").is_file()  # a mirror's zip is never touched
 
-    wrong = dataclasses.replace(record, md5="0" * 32)
+    wrong = record.model_copy(update=dict(md5="0" * 32))
     with pytest.raises(HarnessError, match=r"local zip .*scifact.zip: md5 is not the published 0{32}"):
         install_dataset(wrong, tmp_path / "other", str(mirror), attempts=1, backoff=0, progress=False)
     _assert_nothing_installed(tmp_path / "other")
@@ -355,7 +358,7 @@ def test_mirror_folder_failing_its_pins_is_refused(beir_mirror: Path, tmp_path: 
     shutil.copytree(beir_mirror / "scifact", mirror / "scifact", ignore=shutil.ignore_patterns(".*"))
     with open(mirror / "scifact" / "queries.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"_id": "extra", "text": "not in the official file"}\n')
-    record = dataclasses.replace(get_dataset_record("scifact"), url=f"{_dead_url()}/scifact.zip")
+    record = get_dataset_record("scifact").model_copy(update=dict(url=f"{_dead_url()}/scifact.zip"))
     data_dir = tmp_path / "data"
     with pytest.raises(HarnessError) as caught:
         install_dataset(record, data_dir, str(mirror), attempts=1, backoff=0, progress=False)
@@ -367,7 +370,7 @@ def test_mirror_folder_failing_its_pins_is_refused(beir_mirror: Path, tmp_path: 
 
 def test_incomplete_mirror_folder_is_refused(beir_mirror: Path, tmp_path: Path):
     # The shared nfcorpus has no corpus and unofficial queries: it must not be installed as nfcorpus.
-    record = dataclasses.replace(get_dataset_record("nfcorpus"), url=f"{_dead_url()}/nfcorpus.zip")
+    record = get_dataset_record("nfcorpus").model_copy(update=dict(url=f"{_dead_url()}/nfcorpus.zip"))
     with pytest.raises(HarnessError) as caught:
         install_dataset(record, tmp_path / "data", str(beir_mirror), attempts=1, backoff=0, progress=False)
     message = str(caught.value)
@@ -414,8 +417,8 @@ def test_cqadupstack_forum_comes_from_its_subfolder(tmp_path: Path):
     (forum / "corpus.jsonl").write_text('{"_id": "1", "title": "t", "text": "x"}\n', encoding="utf-8")
     (forum / "queries.jsonl").write_text('{"_id": "9", "text": "q"}\n', encoding="utf-8")
     (forum / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n9\t1\t1\n", encoding="utf-8")
-    record = dataclasses.replace(
-        get_dataset_record("cqadupstack/android"), url=f"{_dead_url()}/cqadupstack.zip"
+    record = get_dataset_record("cqadupstack/android").model_copy(
+        update=dict(url=f"{_dead_url()}/cqadupstack.zip")
     )
     folder = install_dataset(record, tmp_path / "data", str(tmp_path / "mirror"), attempts=1, progress=False)
     assert folder == tmp_path / "data" / "cqadupstack" / "android"
@@ -435,8 +438,8 @@ def test_read_only_mirror_files_are_linked_writable_ones_copied(tmp_path: Path):
     (mirror / "queries.jsonl").write_text('{"_id": "q1", "text": "q"}\n', encoding="utf-8")
     (mirror / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
     (mirror / "queries.jsonl").chmod(0o444)
-    record = dataclasses.replace(
-        get_dataset_record("scifact"), name="toy", archive_dir="toy", files={}, url=f"{_dead_url()}/toy.zip"
+    record = get_dataset_record("scifact").model_copy(
+        update=dict(name="toy", archive_dir="toy", files={}, url=f"{_dead_url()}/toy.zip")
     )
     folder = install_dataset(record, tmp_path / "data", str(tmp_path / "mirror"), attempts=1, progress=False)
     assert (folder / "queries.jsonl").stat().st_ino == (mirror / "queries.jsonl").stat().st_ino
@@ -451,7 +454,8 @@ def test_hub_copy_is_exported_as_a_beir_folder_and_checked_by_counts(
     # shared scifact files, laid out like BeIR/scifact and BeIR/scifact-qrels.
     import datasets
 
-    from harness.datasets.beir import load_qrels, load_queries
+    from harness.datasets.beir import load_queries
+    from harness.datasets.qrels import read_qrels
 
     corpus = [doc._asdict() for doc in load_dataset(beir_mirror / "scifact").iter_documents()]
     queries = load_queries(beir_mirror / "scifact" / "queries.jsonl")
@@ -469,7 +473,7 @@ def test_hub_copy_is_exported_as_a_beir_folder_and_checked_by_counts(
     }
     splits = {}
     for split in ("test", "train"):
-        judged = load_qrels(beir_mirror / "scifact" / "qrels" / f"{split}.tsv").qrels
+        judged = read_qrels(beir_mirror / "scifact" / "qrels" / f"{split}.tsv").qrels
         rows = [(q, d, s) for q, docs in judged.items() for d, s in docs.items()]
         splits[split] = datasets.Dataset.from_dict(
             {
@@ -486,7 +490,7 @@ def test_hub_copy_is_exported_as_a_beir_folder_and_checked_by_counts(
         return tables[config]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    record = dataclasses.replace(get_dataset_record("scifact"), url=f"{_dead_url()}/scifact.zip")
+    record = get_dataset_record("scifact").model_copy(update=dict(url=f"{_dead_url()}/scifact.zip"))
     data_dir = tmp_path / "data"
     folder = install_dataset(record, data_dir, None, use_hub=True, attempts=1, progress=False)
     dataset = load_dataset(folder)
@@ -523,10 +527,8 @@ def test_forums_sharing_one_zip_download_it_once(tmp_path: Path):
     try:
         data_dir = tmp_path / "data"
         for forum, keep in (("android", True), ("english", False)):
-            record = dataclasses.replace(
-                get_dataset_record(f"cqadupstack/{forum}"),
-                url=f"{serving.url}/scifact.zip",
-                md5=file_digest(archive, "md5"),
+            record = get_dataset_record(f"cqadupstack/{forum}").model_copy(
+                update=dict(url=f"{serving.url}/scifact.zip", md5=file_digest(archive, "md5"))
             )
             folder = install_dataset(record, data_dir, None, keep_archive=keep, progress=False)
             assert load_dataset(folder).qrels == {"q": {f"{forum}-1": 1}}

@@ -12,9 +12,10 @@ import pytest
 import pytrec_eval
 
 from harness.cli import main
+from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import PAIRING_RULE
 from harness.evaluation.metrics import evaluate
-from harness.evaluation.trec import read_qrels, write_run
+from harness.evaluation.trec import write_run
 
 HARNESS = Path(sys.executable).parent / "harness"
 
@@ -255,7 +256,7 @@ def test_compare_needs_two_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -
 
 def test_installed_command_on_real_scifact_qrels(tmp_path: Path, beir_mirror: Path) -> None:
     qrels_path = beir_mirror / "scifact" / "qrels" / "test.tsv"
-    qrels = read_qrels(qrels_path)
+    qrels = read_qrels(qrels_path).qrels
     # Every relevant document at rank 2, behind a decoy: MRR 0.5 and P@1 0 on every query.
     run = {qid: {"decoy": 2.0, **{docid: 1.0 for docid in judged}} for qid, judged in qrels.items()}
     write_run(tmp_path / "run.trec", run, tag="t")

@@ -15,8 +15,9 @@ import pytest
 import pytrec_eval
 
 from harness.core.errors import HarnessError
+from harness.datasets.qrels import read_qrels
 from harness.evaluation.metrics import evaluate, parse_metrics
-from harness.evaluation.trec import read_qrels, write_run
+from harness.evaluation.trec import write_run
 
 ALL_METRICS = [
     "ndcg",
@@ -340,7 +341,7 @@ def test_mismatched_inputs_are_errors() -> None:
 
 
 def test_scifact_qrels_with_a_synthetic_run(beir_mirror: Path) -> None:
-    qrels = read_qrels(beir_mirror / "scifact" / "qrels" / "test.tsv")
+    qrels = read_qrels(beir_mirror / "scifact" / "qrels" / "test.tsv").qrels
     rng = random.Random(0)
     decoys = [str(rng.randrange(10**7, 10**8)) for _ in range(300)]
     run = {}
@@ -366,7 +367,7 @@ def test_scifact_qrels_with_a_synthetic_run(beir_mirror: Path) -> None:
 
 
 def test_nfcorpus_graded_qrels(beir_mirror: Path) -> None:
-    qrels = read_qrels(beir_mirror / "nfcorpus" / "qrels" / "test.tsv")
+    qrels = read_qrels(beir_mirror / "nfcorpus" / "qrels" / "test.tsv").qrels
     rng = random.Random(1)
     run = {}
     for qid, judged in list(qrels.items())[:60]:

@@ -122,6 +122,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
     )
     parser.add_argument("--strict", action="store_true", help="qrels naming unknown ids are errors")
+    add_qrels_duplicates_argument(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
     parser.add_argument(
         "--shard-size", type=positive_int, default=50_000, help="documents per embedding shard"
@@ -176,6 +177,7 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
         relevance_level=args.relevance_level,
         complete=args.complete,
         strict=args.strict,
+        qrels_duplicates=args.qrels_duplicates,
         trust_remote_code=args.trust_remote_code,
         shard_size=args.shard_size,
         force=args.force,
@@ -190,4 +192,18 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
             for key, value in (("runtime", args.backend), ("precision", args.precision))
             if value is not None
         },
+    )
+
+
+QRELS_DUPLICATES = ("error", "last")  # the policies of harness.datasets.qrels.read_qrels
+
+
+def add_qrels_duplicates_argument(parser: argparse.ArgumentParser) -> None:
+    """``--qrels-duplicates {error,last}``, read as ``args.qrels_duplicates``."""
+    parser.add_argument(
+        "--qrels-duplicates",
+        choices=QRELS_DUPLICATES,
+        default="error",
+        help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
+        "or last (keep the last row, as BEIR's loader)",
     )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from harness.cli.common import add_qrels_duplicates_argument
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
-from harness.datasets.beir import dataset_registry, expand_dataset_names, get_dataset_record
+from harness.datasets.checksums import ChecksumStore
+from harness.datasets.download import install_dataset
+from harness.datasets.prepare import env_mirror
+from harness.datasets.registry import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.datasets.verify import VerifyResult, installed_source, verify_dataset
 
 
@@ -98,6 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument(
         "--strict", action="store_true", help="qrels rows naming missing queries or documents are errors"
     )
+    add_qrels_duplicates_argument(verify)
     verify.set_defaults(func=run_verify)
 
 
@@ -182,13 +186,11 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from harness.datasets.download import install_dataset
-
     if args.retries < 1:
         raise HarnessError(f"--retries must be at least 1, got {args.retries}")
     names = expand_dataset_names(args.names)
     records = [get_dataset_record(name) for name in names]
-    mirror = args.mirror if args.mirror is not None else (os.environ.get("HARNESS_BEIR_MIRROR") or None)
+    mirror = args.mirror if args.mirror is not None else env_mirror()
     data_dir = _data_dir(args)
     failures = []
     for index, record in enumerate(records):
@@ -259,9 +261,17 @@ def _print_result(result: VerifyResult) -> None:
 def run_verify(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args)
     failed = []
+    checksums = ChecksumStore()
     for name in expand_dataset_names(args.names):
         folder, registry_name = _resolve_target(name, data_dir)
-        result = verify_dataset(folder, args.split, strict=args.strict, name=registry_name)
+        result = verify_dataset(
+            folder,
+            args.split,
+            strict=args.strict,
+            name=registry_name,
+            qrels_duplicates=args.qrels_duplicates,
+            checksums=checksums,
+        )
         _print_result(result)
         if result.failures:
             failed.append(f"{result.name}: {', '.join(result.failures)}")

@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import add_significance_arguments, significance_settings
+from harness.cli.common import (
+    add_qrels_duplicates_argument,
+    add_significance_arguments,
+    significance_settings,
+)
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, file_digest
+from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, evaluate
-from harness.evaluation.trec import read_qrels, read_run
+from harness.evaluation.trec import read_run
 
 # One list object, so _cutoffs can tell the default apart from the same names typed by the user.
 _EVALUATE_DEFAULT = list(EVALUATE_FAMILIES)
@@ -72,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate_parser.add_argument("qrels", type=Path, metavar="QRELS")
     evaluate_parser.add_argument("run", type=Path, metavar="RUN")
     _add_common(evaluate_parser, _EVALUATE_DEFAULT)
+    add_qrels_duplicates_argument(evaluate_parser)
     evaluate_parser.add_argument(
         "--per-query",
         action="store_true",
@@ -93,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "others", type=Path, nargs="+", metavar="RUN_B", help="runs compared with RUN_A"
     )
     _add_common(compare_parser, list(COMPARE_METRICS))
+    add_qrels_duplicates_argument(compare_parser)
     add_significance_arguments(compare_parser, correction_scope="all metric x run comparisons")
     compare_parser.set_defaults(func=run_compare)
 
@@ -109,7 +116,8 @@ def _inputs(paths: dict[str, Path]) -> dict:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
+    run = read_run(args.run)
     result = evaluate(
         qrels,
         run,
@@ -169,7 +177,7 @@ def run_compare(args: argparse.Namespace) -> int:
     labels = _run_labels(paths)
     if len(set(labels)) != len(labels):
         raise HarnessError("the same run file is given twice")
-    qrels = read_qrels(args.qrels)
+    qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
     runs = {label: read_run(path) for label, path in zip(labels, paths, strict=True)}
     result = compare_runs(
         qrels,

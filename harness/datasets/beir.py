@@ -1,228 +1,35 @@
-"""BEIR datasets: the registry (``configs/datasets.yaml``) and loading a BEIR folder with BEIR's semantics.
+"""BEIR folders: reading corpus and queries, and loading one split with BEIR's semantics.
 
 A BEIR folder holds ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` (each may be ``.gz``).
 Loading follows ``beir.datasets.data_loader.GenericDataLoader``: the qrels header is skipped, graded
 relevance is kept as int, and only the queries the split's qrels judge are kept. Unlike BEIR, the corpus
 is never held in memory: documents are streamed from disk, so corpora larger than RAM work.
 
-Every line is validated; bad content raises ``InputError`` naming file and line. Qrels rows that name a
-query or document the files lack (real datasets have them) are counted and reported, or are errors
-with ``strict=True``.
+Every line is validated; bad content raises ``InputError`` naming file and line. Qrels are read by
+``datasets.qrels`` under an explicit duplicates policy. Qrels rows that name a query or document the
+files lack (real datasets have them) are counted and reported, or are errors with ``strict=True``.
 """
 
 from __future__ import annotations
 
 import codecs
 import dataclasses
-import difflib
-import functools
 import json
 import logging
 import os
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import atomic_write_json, file_digest, iter_lines, open_text
-from harness.core.paths import config_dir, default_data_dir
+from harness.core.fileio import iter_lines
+from harness.datasets.checksums import ChecksumStore
+from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
+from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, dataset_registry
 
 log = logging.getLogger(__name__)
-
-REGISTRY_FILE = "datasets.yaml"
-CORPUS_FILE = "corpus.jsonl"
-QUERIES_FILE = "queries.jsonl"
-QRELS_DIR = "qrels"
-# Remembered checksums and corpus scans, beside the data (skipped when the folder is read-only).
-SIDECAR_FILE = ".harness-checksums.json"
-# Written by `harness data download`: which source a dataset folder came from.
-SOURCE_FILE = ".harness-source.json"
-
-
-# --------------------------------------------------------------------------------------------- registry
-
-
-@dataclass(frozen=True)
-class DatasetRecord:
-    """One dataset of ``configs/datasets.yaml``."""
-
-    name: str
-    url: str
-    md5: str | None
-    splits: list[str]
-    eval_split: str
-    drop_identical_ids: bool
-    files: dict[str, str]  # path relative to the dataset folder -> sha256 pin
-    counts: dict[str, dict[str, int]]  # split -> {"docs", "queries", "qrels"}
-    title: str = ""
-    sha256: str | None = None  # of the zip
-    bytes: int | None = None  # of the zip, informational
-    archive_dir: str = ""  # folder inside the zip holding the dataset
-    group: str | None = None  # e.g. "cqadupstack" for its forums
-    hf_corpus: str | None = None
-    hf_qrels: str | None = None
-
-    @property
-    def archive_name(self) -> str:
-        """File name of the zip (``scifact.zip``; shared by the cqadupstack forums)."""
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
-    @property
-    def required_files(self) -> list[str]:
-        """Files a usable copy must have: corpus, queries and the qrels of the reported split."""
-        return [CORPUS_FILE, QUERIES_FILE, f"{QRELS_DIR}/{self.eval_split}.tsv"]
-
-
-def _record_from_yaml(name: str, entry: Any, source: Path) -> DatasetRecord:
-    if not isinstance(entry, dict):
-        raise InputError(source, None, f"dataset {name!r} is not a mapping", "see the other entries")
-    missing = [key for key in ("url", "splits", "eval_split") if key not in entry]
-    if missing:
-        raise InputError(source, None, f"dataset {name!r} lacks {', '.join(missing)}")
-    splits = [str(split) for split in entry["splits"]]
-    eval_split = str(entry["eval_split"])
-    if eval_split not in splits:
-        raise InputError(source, None, f"dataset {name!r}: eval_split {eval_split!r} not in splits {splits}")
-    counts = {
-        str(split): {str(key): int(value) for key, value in numbers.items()}
-        for split, numbers in (entry.get("counts") or {}).items()
-    }
-    return DatasetRecord(
-        name=name,
-        url=str(entry["url"]),
-        md5=entry.get("md5"),
-        splits=splits,
-        eval_split=eval_split,
-        drop_identical_ids=bool(entry.get("drop_identical_ids", False)),
-        files={str(path): str(digest) for path, digest in (entry.get("files") or {}).items()},
-        counts=counts,
-        title=str(entry.get("title", name)),
-        sha256=entry.get("sha256"),
-        bytes=entry.get("bytes"),
-        archive_dir=str(entry.get("archive_dir") or name),
-        group=entry.get("group"),
-        hf_corpus=entry.get("hf_corpus"),
-        hf_qrels=entry.get("hf_qrels"),
-    )
-
-
-@functools.lru_cache(maxsize=4)
-def _read_registry(path: str, mtime_ns: int) -> dict[str, DatasetRecord]:
-    try:
-        with open_text(path) as handle:
-            document = yaml.safe_load(handle)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise InputError(path, mark.line + 1 if mark else None, f"not valid YAML ({problem})") from None
-    datasets = (document or {}).get("datasets")
-    if not isinstance(datasets, dict):
-        raise InputError(path, None, "no 'datasets' mapping")
-    return {str(name): _record_from_yaml(str(name), entry, Path(path)) for name, entry in datasets.items()}
-
-
-def dataset_registry() -> dict[str, DatasetRecord]:
-    """Every dataset of ``configs/datasets.yaml`` by name (``HARNESS_CONFIG_DIR`` moves the folder)."""
-    path = config_dir() / REGISTRY_FILE
-    try:
-        mtime_ns = path.stat().st_mtime_ns
-    except FileNotFoundError:
-        raise HarnessError(
-            f"dataset registry {path} not found (set HARNESS_CONFIG_DIR to the configs/ folder)"
-        ) from None
-    return _read_registry(str(path), mtime_ns)
-
-
-def _unknown_name_hint(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
-    if close:
-        return f"did you mean {', '.join(close)}?"
-    return "`harness data list` shows the known datasets"
-
-
-def get_dataset_record(name: str) -> DatasetRecord:
-    """The registry entry for ``name``; an unknown name raises ``HarnessError`` with close matches."""
-    registry = dataset_registry()
-    if name in registry:
-        return registry[name]
-    raise HarnessError(f"unknown dataset {name!r}; {_unknown_name_hint(name, sorted(registry))}")
-
-
-def expand_dataset_names(names: list[str]) -> list[str]:
-    """Registry names with group names (``cqadupstack``) replaced by their members, order kept."""
-    registry = dataset_registry()
-    expanded: list[str] = []
-    for name in names:
-        members = [record.name for record in registry.values() if record.group == name]
-        for member in members or [name]:
-            if member not in expanded:
-                expanded.append(member)
-    return expanded
-
-
-# ---------------------------------------------------------------------------- remembered checksums
-
-
-def _stamp(path: Path) -> list[int]:
-    status = path.stat()
-    return [status.st_size, status.st_mtime_ns]
-
-
-# In-process memory of sidecar values, so read-only folders are not re-hashed within one run.
-_MEMO: dict[tuple[str, str], tuple[Any, Any]] = {}
-
-
-def _remembered(root: Path, key: str, paths: list[Path], compute: Callable[[], Any]) -> Any:
-    """``compute()``, or its remembered value while the files in ``paths`` keep their size and mtime.
-
-    Values live in a JSON sidecar in ``root`` so big corpora are hashed and scanned once, not per run.
-    """
-    stamp = [_stamp(path) for path in paths]
-    memo_key = (str(root.resolve()), key)
-    if memo_key in _MEMO and _MEMO[memo_key][0] == stamp:
-        return _MEMO[memo_key][1]
-    sidecar = root / SIDECAR_FILE
-    entries: dict[str, Any] = {}
-    try:
-        with open(sidecar, encoding="utf-8") as handle:
-            entries = json.load(handle).get("entries", {})
-    except (OSError, ValueError, AttributeError):
-        entries = {}
-    entry = entries.get(key)
-    if isinstance(entry, dict) and entry.get("stamp") == stamp:
-        value = entry.get("value")
-    else:
-        value = compute()
-        entries[key] = {"stamp": stamp, "value": value}
-        if _writable_folder(root):
-            try:
-                atomic_write_json(sidecar, {"version": 1, "entries": entries})
-            except OSError as error:
-                log.debug("cannot remember %s in %s: %s", key, sidecar, error)
-    _MEMO[memo_key] = (stamp, value)
-    return value
-
-
-def _writable_folder(root: Path) -> bool:
-    """Whether the harness may leave its sidecar in ``root``.
-
-    Judged by the folder's mode bits, not ``os.access``: root passes every access check, and a shared
-    read-only mirror must stay untouched even then. Read-only folders keep values for this process only.
-    """
-    try:
-        return bool(root.stat().st_mode & 0o222) and os.access(root, os.W_OK)
-    except OSError:
-        return False
-
-
-def cached_sha256(root: Path, relative: str) -> str:
-    """sha256 of ``root/relative``, remembered across runs while the file is unchanged."""
-    path = root / relative
-    return _remembered(root, f"sha256:{relative}", [path], lambda: file_digest(path, "sha256"))
 
 
 # ---------------------------------------------------------------------------------------- parsing
@@ -340,64 +147,6 @@ def load_queries(path: str | Path) -> dict[str, str]:
 
 
 @dataclass
-class QrelsFile:
-    """The judgements of one qrels file: ``qrels[query_id][doc_id] = relevance``."""
-
-    qrels: dict[str, dict[str, int]]
-    rows: int  # data rows read (the count BEIR's tables report)
-    duplicate_rows: int  # rows repeating a (query, doc) pair; the last one wins, as in BEIR
-
-
-def load_qrels(path: str | Path) -> QrelsFile:
-    """Parse a BEIR qrels TSV: ``query-id<TAB>corpus-id<TAB>score`` after a header line.
-
-    Relevance stays an int, negative and graded values included (trec_eval decides what they mean).
-    A first line that is a valid row rather than a header is kept (BEIR would silently drop it).
-    """
-    path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
-    rows = duplicates = 0
-    for number, line in iter_lines(path):
-        if not line.strip():
-            continue
-        columns = line.split("\t")
-        if number == 1 and not _is_qrels_row(columns):
-            continue  # the "query-id corpus-id score" header
-        if len(columns) != 3:
-            raise InputError(
-                path,
-                number,
-                f"expected 3 tab-separated columns (query-id, corpus-id, score), found {len(columns)}",
-                "BEIR qrels are TSV; convert 4-column TREC qrels by dropping the iteration column",
-            )
-        query_id, doc_id, score_text = (column.strip() for column in columns)
-        if not query_id or not doc_id:
-            raise InputError(path, number, "empty query-id or corpus-id")
-        try:
-            score = int(score_text)
-        except ValueError:
-            raise InputError(path, number, f"score {score_text!r} is not an integer") from None
-        judged = qrels.setdefault(query_id, {})
-        if doc_id in judged:
-            duplicates += 1
-        judged[doc_id] = score
-        rows += 1
-    if rows == 0:
-        raise InputError(path, None, "no judgements in qrels file")
-    return QrelsFile(qrels=qrels, rows=rows, duplicate_rows=duplicates)
-
-
-def _is_qrels_row(columns: list[str]) -> bool:
-    if len(columns) != 3:
-        return False
-    try:
-        int(columns[2].strip())
-    except ValueError:
-        return False
-    return True
-
-
-@dataclass
 class CorpusScan:
     """What one validating pass over a corpus learned."""
 
@@ -508,6 +257,8 @@ class BeirDataset:
     queries_path: Path | None = None
     qrels_path: Path | None = None
     report: LoadReport = field(default_factory=LoadReport)
+    qrels_duplicates: str = DEFAULT_DUPLICATES  # the policy the qrels were read with
+    checksums: ChecksumStore = field(default_factory=ChecksumStore, repr=False)
     _num_docs: int | None = field(default=None, repr=False)
     _fingerprint: dict[str, str] | None = field(default=None, repr=False)
     _shard_starts: dict[int, list[tuple[int, int]] | None] = field(default_factory=dict, repr=False)
@@ -526,7 +277,7 @@ class BeirDataset:
         """
         if shard_size not in self._shard_starts:
             relative = os.path.relpath(self.corpus_path, self.root)
-            value = _remembered(
+            value = self.checksums.remembered(
                 self.root,
                 f"shard_starts:{relative}:{shard_size}",
                 [self.corpus_path],
@@ -553,7 +304,9 @@ class BeirDataset:
     def num_docs(self) -> int:
         """Documents in the corpus (from the validating scan, remembered while the file is unchanged)."""
         if self._num_docs is None:
-            self._num_docs = _remembered_scan(self.root, self.corpus_path, None, set()).num_docs
+            self._num_docs = _remembered_scan(
+                self.checksums, self.root, self.corpus_path, None, set()
+            ).num_docs
         return self._num_docs
 
     @property
@@ -572,18 +325,22 @@ class BeirDataset:
         if self._fingerprint is None:
             paths = [self.corpus_path, self.queries_path, self.qrels_path]
             self._fingerprint = {
-                self._relative(path): cached_sha256(self.root, os.path.relpath(path, self.root))
+                self._relative(path): self.checksums.sha256(self.root, os.path.relpath(path, self.root))
                 for path in paths
                 if path
             }
         return dict(self._fingerprint)
 
 
-def _remembered_scan(root: Path, corpus_path: Path, qrels_path: Path | None, judged: set[str]) -> CorpusScan:
+def _remembered_scan(
+    checksums: ChecksumStore, root: Path, corpus_path: Path, qrels_path: Path | None, judged: set[str]
+) -> CorpusScan:
     key, paths = f"scan:{os.path.relpath(corpus_path, root)}", [corpus_path]
     if qrels_path is not None:
         key, paths = f"{key}|{os.path.relpath(qrels_path, root)}", [corpus_path, qrels_path]
-    value = _remembered(root, key, paths, lambda: dataclasses.asdict(scan_corpus(corpus_path, judged)))
+    value = checksums.remembered(
+        root, key, paths, lambda: dataclasses.asdict(scan_corpus(corpus_path, judged))
+    )
     return CorpusScan(num_docs=int(value["num_docs"]), missing_doc_ids=list(value["missing_doc_ids"]))
 
 
@@ -615,14 +372,23 @@ def _dataset_name_for(root: Path) -> str:
 
 
 def load_dataset(
-    folder: str | Path, split: str | None = None, *, strict: bool = False, name: str | None = None
+    folder: str | Path,
+    split: str | None = None,
+    *,
+    strict: bool = False,
+    name: str | None = None,
+    qrels_duplicates: str = DEFAULT_DUPLICATES,
+    checksums: ChecksumStore | None = None,
 ) -> BeirDataset:
     """Load one split of a BEIR folder with BEIR's semantics; the corpus is scanned, not kept.
 
     ``split=None`` means the split papers report (registry ``eval_split``), else ``test``. Qrels rows
     naming queries or documents the files lack are counted in ``report`` and logged; ``strict=True``
-    makes them errors.
+    makes them errors. ``qrels_duplicates`` is the policy for a (query, document) pair judged twice
+    (``"error"`` as trec_eval, or ``"last"`` as BEIR). ``checksums`` remembers scans and hashes
+    (a fresh store when not given; the sidecar beside the data persists them across runs).
     """
+    checksums = checksums if checksums is not None else ChecksumStore()
     root = Path(folder)
     if not root.is_dir():
         raise HarnessError(f"dataset folder {root} does not exist (`harness data download NAME` fetches one)")
@@ -645,14 +411,14 @@ def load_dataset(
     assert corpus_path is not None and queries_path is not None
 
     all_queries = load_queries(queries_path)
-    qrels_file = load_qrels(qrels_path)
+    qrels_file = read_qrels(qrels_path, duplicates=qrels_duplicates, layout="beir")
     report = LoadReport(qrels_rows=qrels_file.rows, duplicate_qrels_rows=qrels_file.duplicate_rows)
 
     qrels = qrels_file.qrels
     report.missing_query_ids = [query_id for query_id in qrels if query_id not in all_queries]
     report.missing_query_rows = sum(len(qrels[query_id]) for query_id in report.missing_query_ids)
     judged_docs = {doc_id for judged in qrels.values() for doc_id in judged}
-    scan = _remembered_scan(root, corpus_path, qrels_path, judged_docs)
+    scan = _remembered_scan(checksums, root, corpus_path, qrels_path, judged_docs)
     missing_docs = set(scan.missing_doc_ids)
     report.missing_doc_ids = scan.missing_doc_ids
     report.missing_doc_rows = sum(doc_id in missing_docs for judged in qrels.values() for doc_id in judged)
@@ -679,35 +445,7 @@ def load_dataset(
         queries_path=queries_path,
         qrels_path=qrels_path,
         report=report,
+        qrels_duplicates=qrels_duplicates,
+        checksums=checksums,
         _num_docs=scan.num_docs,
-    )
-
-
-# ------------------------------------------------------------------------------------ preparation
-
-
-def _env_mirror() -> str | None:
-    return os.environ.get("HARNESS_BEIR_MIRROR") or None
-
-
-def prepare_dataset(name_or_path: str, data_dir: Path | None = None, mirror: str | None = None) -> Path:
-    """A verified local folder for a registry name (downloaded on first use), or an existing folder as is.
-
-    ``mirror`` (default: env ``HARNESS_BEIR_MIRROR``) is tried before the official URL; it names URL
-    prefixes or local folders holding ``<name>.zip`` or ``<name>/`` (comma-separated for several).
-    """
-    registry = dataset_registry()
-    if name_or_path in registry:
-        from harness.datasets.download import install_dataset
-
-        return install_dataset(
-            registry[name_or_path],
-            Path(data_dir) if data_dir is not None else default_data_dir(),
-            mirror if mirror is not None else _env_mirror(),
-        )
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    raise HarnessError(
-        f"{name_or_path!r} is neither a known dataset nor a folder; {_unknown_name_hint(name_or_path, sorted(registry))}"
     )

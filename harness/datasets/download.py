@@ -24,14 +24,8 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
-from harness.datasets.beir import (
-    CORPUS_FILE,
-    QRELS_DIR,
-    QUERIES_FILE,
-    SOURCE_FILE,
-    DatasetRecord,
-)
-from harness.datasets.verify import check_pins, verify_dataset
+from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, DatasetRecord
+from harness.datasets.verify import SOURCE_FILE, check_pins, verify_dataset
 
 log = logging.getLogger(__name__)
 

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.datasets.beir import (
-    SOURCE_FILE,
-    DatasetRecord,
-    LoadReport,
-    cached_sha256,
-    dataset_registry,
-    load_dataset,
-)
+from harness.datasets.beir import LoadReport, load_dataset
+from harness.datasets.checksums import ChecksumStore
+from harness.datasets.qrels import DEFAULT_DUPLICATES
+from harness.datasets.registry import DatasetRecord, dataset_registry
+
+# Written by `harness data download`: which source a dataset folder came from.
+SOURCE_FILE = ".harness-source.json"
 
 
 @dataclass
@@ -36,12 +35,15 @@ def installed_source(root: Path) -> dict[str, Any]:
         return {}
 
 
-def check_pins(root: Path, record: DatasetRecord | None) -> list[FileCheck]:
+def check_pins(
+    root: Path, record: DatasetRecord | None, checksums: ChecksumStore | None = None
+) -> list[FileCheck]:
     """Every pinned file of ``record`` plus every other data file present, each with its status.
 
     A copy exported from the Hugging Face hub is re-serialised, so the zip's pins do not apply to it:
     its files are all reported unpinned (its counts were checked when it was installed).
     """
+    checksums = checksums if checksums is not None else ChecksumStore()
     pins = record.files if record and installed_source(root).get("kind") != "hub" else {}
     present = sorted(
         path.relative_to(root).as_posix()
@@ -56,7 +58,7 @@ def check_pins(root: Path, record: DatasetRecord | None) -> list[FileCheck]:
         elif expected is None:
             checks.append(FileCheck(relative, "unpinned"))
         else:
-            actual = cached_sha256(root, relative)
+            actual = checksums.sha256(root, relative)
             checks.append(FileCheck(relative, "ok" if actual == expected else "mismatch", expected, actual))
     return checks
 
@@ -92,13 +94,22 @@ class VerifyResult:
 
 
 def verify_dataset(
-    folder: str | Path, split: str | None = None, *, strict: bool = False, name: str | None = None
+    folder: str | Path,
+    split: str | None = None,
+    *,
+    strict: bool = False,
+    name: str | None = None,
+    qrels_duplicates: str = DEFAULT_DUPLICATES,
+    checksums: ChecksumStore | None = None,
 ) -> VerifyResult:
     """Check a dataset folder's files against their pins and its split's counts against the registry."""
     root = Path(folder)
-    dataset = load_dataset(root, split, strict=strict, name=name)
+    checksums = checksums if checksums is not None else ChecksumStore()
+    dataset = load_dataset(
+        root, split, strict=strict, name=name, qrels_duplicates=qrels_duplicates, checksums=checksums
+    )
     record = dataset_registry().get(dataset.name)
-    files = check_pins(root, record)
+    files = check_pins(root, record, checksums)
     expected = record.counts.get(dataset.split, {}) if record else {}
     counts = [
         CountCheck("docs", dataset.num_docs, expected.get("docs")),

@@ -23,7 +23,6 @@ within ``EXACT_TOLERANCE``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -36,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.cache import EXPORT_RECORD, CacheLayout, digest_of
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json
+from harness.core.fileio import atomic_write_json, read_json_or_none
 
 log = logging.getLogger(__name__)
 
-ONNX_DIR = "onnx"
 EXPORT_FORMAT = 1
 OPSET = 17
 # Largest relative L2 error ||v_onnx - v_torch|| / ||v_torch|| over the sample for ``exact``. ONNX
@@ -100,20 +99,9 @@ def export_key_inputs(model) -> dict[str, Any]:
 
 def export_folder(cache_dir: str | Path, model) -> tuple[Path, str, dict[str, Any]]:
     """``(folder, key, key inputs)`` of a model's export under ``<cache>/onnx/``."""
-    from harness.encoding.store import digest_of
-
     inputs = export_key_inputs(model)
     key = digest_of(inputs)
-    return Path(cache_dir) / ONNX_DIR / f"{model.slug}__{key[:16]}", key, inputs
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, json.JSONDecodeError):
-        return None  # absent or half-written by a killed run: redo it
-    return data if isinstance(data, dict) else None
+    return CacheLayout(Path(cache_dir)).onnx_export(model.slug, key), key, inputs
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,8 +112,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def ensure_exported(st_model, model, cache_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     """The model's ONNX graph and its export record, exporting it first if the cache has none."""
     folder, key, inputs = export_folder(cache_dir, model)
-    graph, record_path = folder / "model.onnx", folder / "export.json"
-    record = _read_json(record_path)
+    graph, record_path = folder / "model.onnx", folder / EXPORT_RECORD
+    record = read_json_or_none(record_path)
     if graph.is_file() and record is not None and record.get("key") == key:
         return graph, record
     log.info("exporting %s to ONNX (once; kept in %s)", model.record.name, folder)
@@ -269,7 +257,7 @@ def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
     folder = graph.parent
     quantized, record_path = folder / "model-int8.onnx", folder / "int8.json"
     wanted = {**INT8_SETTINGS, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
-    record = _read_json(record_path)
+    record = read_json_or_none(record_path)
     if quantized.is_file() and record is not None and record.get("settings") == wanted:
         return quantized, record
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -386,7 +374,7 @@ def exact_sample_texts() -> list[str]:
 
 
 def exact_check_path(cache_dir: str | Path, model) -> Path:
-    return export_folder(cache_dir, model)[0] / "exact-check.json"
+    return CacheLayout.exact_check(export_folder(cache_dir, model)[0])
 
 
 def check_environment(device: str) -> dict[str, Any]:
@@ -403,7 +391,7 @@ def check_environment(device: str) -> dict[str, Any]:
 
 def load_exact_check(cache_dir: str | Path, model, device: str) -> dict[str, Any] | None:
     """The recorded check for this model, device kind and library versions, if there is one."""
-    record = _read_json(exact_check_path(cache_dir, model))
+    record = read_json_or_none(exact_check_path(cache_dir, model))
     if record is None or record.get("format") != EXACT_CHECK_FORMAT:
         return None
     if record.get("environment") != check_environment(device):

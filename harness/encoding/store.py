@@ -18,13 +18,9 @@ shards and nothing else, so several processes or Ray workers can fill one entry 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import logging
 import math
-import re
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -33,48 +29,21 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.cache import MANIFEST, CacheLayout, digest_of, finished_shards, shard_paths
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write, atomic_write_json
+from harness.core.fileio import atomic_write, atomic_write_json, read_json_object
 
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
-ENTRIES_DIR = "embeddings"
-MANIFEST = "manifest.json"
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def digest_of(payload: Any) -> str:
-    """sha256 of a JSON value with sorted keys (the same inputs always give the same key)."""
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "x"
-
-
-def shard_paths(directory: Path, index: int) -> tuple[Path, Path]:
-    """``(vectors .npy, ids+meta .json)`` of shard ``index``."""
-    stem = f"shard-{index:05d}"
-    return directory / f"{stem}.npy", directory / f"{stem}.json"
-
-
-def finished_shards(directory: Path, num_shards: int) -> list[int]:
-    """Shards whose vectors and ids are both on disk (the ids file is written last)."""
-    return [i for i in range(num_shards) if all(path.is_file() for path in shard_paths(directory, i))]
-
-
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        raise HarnessError(
-            f"{path}: unreadable cache file ({error}); `harness cache clear` frees it"
-        ) from None
+    return read_json_object(path, fix="`harness cache clear` frees it")
 
 
 def write_shard(
@@ -200,10 +169,7 @@ class EmbeddingCache:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    @property
-    def entries_dir(self) -> Path:
-        return self.root / ENTRIES_DIR
+        self.layout = CacheLayout(self.root)
 
     # ---- keys -------------------------------------------------------------------------------
 
@@ -235,7 +201,7 @@ class EmbeddingCache:
         }
 
     def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
-        return self.entries_dir / f"{_safe(dataset.name)}__{encoder.model.slug}__{kind}__{key[:16]}"
+        return self.layout.embeddings_entry(dataset.name, encoder.model.slug, kind, key)
 
     def corpus_directory(self, dataset, encoder, shard_size: int = 50_000) -> Path:
         """The folder that holds (or will hold) this corpus entry's shards; nothing is read or written."""
@@ -404,45 +370,3 @@ class EmbeddingCache:
         }
         atomic_write_json(directory / MANIFEST, manifest)
         return ids, np.asarray(vectors, dtype=np.float32)
-
-    # ---- housekeeping -----------------------------------------------------------------------
-
-    def entries(self) -> list[dict[str, Any]]:
-        """One summary per cache entry: key, kind, dataset, model, counts, size on disk, folder."""
-        found = []
-        if not self.entries_dir.is_dir():
-            return found
-        for directory in sorted(p for p in self.entries_dir.iterdir() if p.is_dir()):
-            manifest_path = directory / MANIFEST
-            try:
-                manifest = _read_json(manifest_path) if manifest_path.is_file() else {}
-            except HarnessError:
-                manifest = {}
-            num_shards = int(manifest.get("num_shards") or 0)
-            found.append(
-                {
-                    "key": manifest.get("key") or directory.name.rsplit("__", 1)[-1],
-                    "kind": manifest.get("kind", "unknown"),
-                    "dataset": manifest.get("dataset"),
-                    "split": manifest.get("split"),
-                    "model": manifest.get("model"),
-                    "count": manifest.get("num_docs"),
-                    "dim": manifest.get("dim"),
-                    "shards_done": len(finished_shards(directory, num_shards)),
-                    "num_shards": num_shards,
-                    "complete": bool(manifest.get("complete")),
-                    "encode_seconds": manifest.get("encode_seconds"),
-                    "bytes": sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()),
-                    "directory": str(directory),
-                }
-            )
-        return found
-
-    def clear(self, key_prefix: str | None = None) -> int:
-        """Delete the entries whose key starts with ``key_prefix`` (all entries for None); return how many."""
-        removed = 0
-        for entry in self.entries():
-            if key_prefix is None or entry["key"].startswith(key_prefix):
-                shutil.rmtree(entry["directory"])
-                removed += 1
-        return removed

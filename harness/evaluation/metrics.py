@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.evaluation.trec import Qrels, Run, read_qrels, read_run, top_k_ranking
+from harness.datasets.qrels import Qrels, read_qrels
+from harness.evaluation.trec import Run, read_run, top_k_ranking
 
 # trec_eval clamps AP at this floor before taking the log for gm_map.
 MIN_GEO_MEAN = 0.00001
@@ -205,7 +206,7 @@ class Evaluation:
 def as_qrels(qrels: Qrels | str | os.PathLike) -> Qrels:
     """Qrels from a path, or in-memory qrels checked to hold integer grades (pytrec_eval needs ints)."""
     if isinstance(qrels, (str, os.PathLike)):
-        return read_qrels(qrels)
+        return read_qrels(qrels).qrels
     checked: Qrels = {}
     for qid, judged in qrels.items():
         row = {}

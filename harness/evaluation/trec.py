@@ -1,4 +1,4 @@
-"""TREC qrels and run files: reading, writing, and the one ranking tie rule.
+"""TREC run files: reading, writing, and the one ranking tie rule (qrels are read by ``datasets.qrels``).
 
 Rankings follow trec_eval: score descending, then document id descending (compared as
 strings); the rank column of a run file is ignored. Every stage that orders documents
@@ -17,16 +17,15 @@ import numpy as np
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write, iter_lines
+from harness.datasets.qrels import Qrels as Qrels  # re-exported: the type lives with the one qrels reader
 
 if TYPE_CHECKING:
     import pyarrow
 
-Qrels = dict[str, dict[str, int]]
 Run = dict[str, dict[str, float]]
 
 RUN_COLUMNS = ("qid", "q0", "docid", "rank", "score", "tag")
 RUN_LINE_HELP = "expected 6 columns: qid Q0 docid rank score tag"
-QRELS_LINE_HELP = "expected `qid iter docid rel` (TREC) or `query-id corpus-id score` (BEIR TSV)"
 
 
 def _ranking_key(item: tuple[str, float]) -> tuple[float, str]:
@@ -58,63 +57,6 @@ def top_k_ranking(docs: dict[str, float], k: int) -> list[tuple[str, float]]:
 def _check_exists(path: Path, what: str) -> None:
     if not path.is_file():
         raise HarnessError(f"{what} file not found: {path}")
-
-
-def read_qrels(path: str | os.PathLike) -> Qrels:
-    """Read TREC qrels (``qid iter docid rel``) or a BEIR qrels TSV (``query-id corpus-id score``,
-    header optional). Columns split on any whitespace; ``.gz``, BOM and CRLF are accepted.
-    Relevance must be an integer; a (qid, docid) pair may appear only once.
-    """
-    path = Path(path)
-    _check_exists(path, "qrels")
-    qrels: Qrels = {}
-    n_columns = None
-    line_number = 0
-    for line_number, line in iter_lines(path):
-        fields = line.split()
-        if not fields:
-            continue
-        if n_columns is None:
-            if len(fields) not in (3, 4):
-                raise InputError(path, line_number, f"found {len(fields)} columns", QRELS_LINE_HELP)
-            n_columns = len(fields)
-            if n_columns == 3 and not _is_int(fields[2]):
-                continue  # the BEIR header line `query-id corpus-id score`
-        if len(fields) != n_columns:
-            raise InputError(
-                path,
-                line_number,
-                f"found {len(fields)} columns, earlier lines have {n_columns}",
-                QRELS_LINE_HELP,
-            )
-        qid, docid, rel_text = fields[0], fields[-2], fields[-1]
-        if not _is_int(rel_text):
-            raise InputError(
-                path,
-                line_number,
-                f"relevance {rel_text!r} is not an integer",
-                "relevance grades are whole numbers such as 0, 1, 2",
-            )
-        judged = qrels.setdefault(qid, {})
-        if docid in judged:
-            raise InputError(
-                path,
-                line_number,
-                f"duplicate judgment for query {qid!r}, document {docid!r}",
-                "each (qid, docid) pair may appear once",
-            )
-        judged[docid] = int(rel_text)
-    if not qrels:
-        raise InputError(path, max(line_number, 1), "no judgments in file (empty file?)", QRELS_LINE_HELP)
-    return qrels
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def read_run(path: str | os.PathLike) -> Run:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from harness.core.errors import HarnessError
 from harness.evaluation.compare import Comparison, SignificanceSettings, apply_correction, compare_values
 from harness.evaluation.metrics import empty_ranking_value
+from harness.reproduce.references import model_aliases
 from harness.results.collect import Collection, display_labels, select_models
 from harness.results.store import StoredResult
 
@@ -153,10 +154,10 @@ def build_tables(
             "no usable results to tabulate" + (" (all were skipped, see above)" if collection.skipped else "")
         )
 
-    columns = select_models(results, models) if models else sorted({r.model_slug for r in results})
+    columns = select_models(results, models, model_aliases) if models else sorted({r.model_slug for r in results})
     baseline_slug = None
     if baseline:
-        matched = select_models(results, [baseline])
+        matched = select_models(results, [baseline], model_aliases)
         if len(matched) != 1:
             raise HarnessError(f"baseline {baseline!r} matches several models: {', '.join(matched)}")
         baseline_slug = matched[0]

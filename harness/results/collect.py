@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.datasets.beir import get_dataset_record
+from harness.datasets.registry import get_dataset_record
 from harness.models.registry import resolve_model
-from harness.reproduce.references import model_aliases
 from harness.results.store import StoredResult, scan_results
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,15 @@ def collect_results(results_dir: str | Path) -> Collection:
     return Collection(results=unique, skipped=sorted(skipped, key=lambda item: str(item[0])))
 
 
-def model_labels(result: StoredResult) -> set[str]:
+# Other names of a model (e.g. the published references' aliases); the report layer supplies them.
+AliasLookup = Callable[[str], set[str]]
+
+
+def _no_aliases(model: str) -> set[str]:
+    return set()
+
+
+def model_labels(result: StoredResult, aliases_of: AliasLookup = _no_aliases) -> set[str]:
     """Every name a user may call this result's model by: name, slug, the spec given to eval, aliases."""
     labels = {result.model, result.model_slug}
     model_info = result.provenance.get("model", {}) if isinstance(result.provenance, dict) else {}
@@ -169,13 +177,13 @@ def model_labels(result: StoredResult) -> set[str]:
     identity = model_info.get("identity") or {}
     if isinstance(identity, dict) and isinstance(identity.get("model_id"), str):
         labels.add(identity["model_id"])
-    labels |= model_aliases(result.model)
+    labels |= aliases_of(result.model)
     return {label for label in labels if label}
 
 
-def _matches(spec: str, result: StoredResult) -> bool:
+def _matches(spec: str, result: StoredResult, aliases_of: AliasLookup) -> bool:
     wanted = spec.strip().lower()
-    if wanted in {label.lower() for label in model_labels(result)}:
+    if wanted in {label.lower() for label in model_labels(result, aliases_of)}:
         return True
     path = Path(spec).expanduser()
     if path.exists():
@@ -187,11 +195,13 @@ def _matches(spec: str, result: StoredResult) -> bool:
     return False
 
 
-def select_models(results: list[StoredResult], specs: list[str]) -> list[str]:
+def select_models(
+    results: list[StoredResult], specs: list[str], aliases_of: AliasLookup = _no_aliases
+) -> list[str]:
     """Model slugs for ``specs`` in the given order; an unknown spec is an error naming the known ones."""
     slugs: list[str] = []
     for spec in specs:
-        found = sorted({r.model_slug for r in results if _matches(spec, r)})
+        found = sorted({r.model_slug for r in results if _matches(spec, r, aliases_of)})
         if not found:
             known = sorted({r.model for r in results})
             raise HarnessError(

@@ -13,7 +13,6 @@ unknown words) gets an empty ranking.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
 
@@ -182,22 +182,22 @@ class BM25Retriever:
         }
 
     def index_key(self, corpus_sha256: str) -> str:
-        payload = json.dumps({"corpus.jsonl": corpus_sha256, "settings": self.settings()}, sort_keys=True)
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+        return digest_of({"corpus.jsonl": corpus_sha256, "settings": self.settings()})[:32]
 
     def load_or_build(self, dataset: Any) -> tuple[Any, list[str]]:
         """The ``bm25s`` index and the document ids in index order, from the cache when possible."""
         started = time.perf_counter()
         corpus_sha = dataset.fingerprint()["corpus.jsonl"]
         key = self.index_key(corpus_sha)
-        folder = self.cache_dir / "bm25" / key
+        folder = CacheLayout(self.cache_dir).bm25_index(key)
         loaded = _load_index(folder, self.settings(), corpus_sha)
         if loaded is not None:
             log.info("BM25 index loaded from %s", folder)
             self.timings.update(index_seconds=time.perf_counter() - started, cache_hit=1.0)
             return loaded
         retriever, doc_ids = self._build(dataset)
-        _save_index(folder, retriever, doc_ids, self.settings(), corpus_sha)
+        labels = {"dataset": dataset.name, "model": self.record.name}
+        _save_index(folder, retriever, doc_ids, self.settings(), corpus_sha, labels)
         log.info("BM25 index of %d documents saved to %s", len(doc_ids), folder)
         self.timings.update(index_seconds=time.perf_counter() - started, cache_hit=0.0)
         return retriever, doc_ids
@@ -320,7 +320,9 @@ _MANIFEST = "manifest.json"
 _DOC_IDS = "doc_ids.json"
 
 
-def _save_index(folder: Path, retriever: Any, doc_ids: list[str], settings: dict, corpus_sha: str) -> None:
+def _save_index(
+    folder: Path, retriever: Any, doc_ids: list[str], settings: dict, corpus_sha: str, labels: dict[str, str]
+) -> None:
     """Write the index into a temporary folder beside ``folder`` and rename it into place when complete."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -336,7 +338,7 @@ def _save_index(folder: Path, retriever: Any, doc_ids: list[str], settings: dict
         # The manifest goes last: a folder without one is never trusted.
         atomic_write_json(
             staging / _MANIFEST,
-            {"corpus.jsonl": corpus_sha, "num_docs": len(doc_ids), "settings": settings},
+            {"corpus.jsonl": corpus_sha, "num_docs": len(doc_ids), "settings": settings, **labels},
         )
         try:
             os.rename(staging, folder)

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from harness.core.cache import CacheLayout
 from harness.core.errors import HarnessError
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,6 @@ class IndexSpec:
 
     def describe(self) -> dict[str, object]:
         return {"factory": self.factory, "nprobe": self.nprobe, "efSearch": self.ef_search}
-
-    @property
-    def file_name(self) -> str:
-        safe = "".join(ch if ch.isalnum() else "_" for ch in self.factory)
-        return f"index-{safe}.faiss"
 
 
 def parse_index_spec(spec: str, dim: int = 64) -> IndexSpec:
@@ -169,7 +165,7 @@ def build_or_load_index(spec: IndexSpec, embeddings: ShardSource, *, normalize: 
     """An approximate index saved beside the embeddings; built once (train on a sample, add shard by shard)."""
     import faiss
 
-    path = embeddings.directory / spec.file_name
+    path = CacheLayout.faiss_index(embeddings.directory, spec.factory)
     if path.exists():
         log.info("reusing index %s", path)
         return faiss.read_index(str(path))

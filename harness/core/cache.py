@@ -1,0 +1,243 @@
+"""The one layout of the cache folder: where every cached artifact lives, and how to list and free it.
+
+Everything the harness computes once and reuses is kept under one root (``--cache-dir``, env
+``HARNESS_CACHE_DIR``, default ``cache/``), one folder per kind::
+
+    embeddings/<dataset>__<model>__<corpus|queries>__<key16>/   manifest.json, shard-NNNNN.{npy,json}
+    embeddings/<...corpus entry...>/index-<factory>.faiss      approximate FAISS indexes (kind "faiss"),
+                                                               kept beside the vectors they index
+    bm25/<key32>/                                               bm25s index, doc_ids.json, manifest.json
+    onnx/<model>__<key16>/                                      model.onnx, export.json, exact-check.json
+
+Each key is a sha256 over everything that changes the artifact's content (``digest_of``), so equal
+inputs find the same folder and any change misses it. Writers stage into hidden ``.<name>.<random>.tmp``
+files or folders and rename them into place; a killed writer leaves only such leftovers behind, which
+``leftovers`` finds and ``harness cache clear --leftovers`` frees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.fileio import read_json_or_none
+
+EMBEDDINGS_DIR = "embeddings"
+BM25_DIR = "bm25"
+ONNX_DIR = "onnx"
+MANIFEST = "manifest.json"
+FAISS_SUFFIX = ".faiss"
+EXPORT_RECORD = "export.json"
+EXACT_CHECK = "exact-check.json"
+KINDS = ("embeddings", "faiss", "bm25", "onnx")
+
+
+def digest_of(payload: Any) -> str:
+    """sha256 of a JSON value with sorted keys (the same inputs always give the same key)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def safe_name(name: str) -> str:
+    """``name`` with every character a file system might mind replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "x"
+
+
+def shard_paths(directory: Path, index: int) -> tuple[Path, Path]:
+    """``(vectors .npy, ids+meta .json)`` of shard ``index`` of an embeddings entry."""
+    stem = f"shard-{index:05d}"
+    return directory / f"{stem}.npy", directory / f"{stem}.json"
+
+
+def finished_shards(directory: Path, num_shards: int) -> list[int]:
+    """Shards whose vectors and ids are both on disk (the ids file is written last)."""
+    return [i for i in range(num_shards) if all(path.is_file() for path in shard_paths(directory, i))]
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Paths of every cached artifact under one root; nothing is read or written here."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def embeddings_entry(self, dataset: str, model_slug: str, part: str, key: str) -> Path:
+        """The folder of one dataset's corpus or queries embeddings under one model and settings."""
+        return self.root / EMBEDDINGS_DIR / f"{safe_name(dataset)}__{model_slug}__{part}__{key[:16]}"
+
+    @staticmethod
+    def faiss_index(embeddings_entry: Path, factory: str) -> Path:
+        """An approximate index over a corpus entry's vectors, stored beside them (cleared with them)."""
+        safe = "".join(ch if ch.isalnum() else "_" for ch in factory)
+        return Path(embeddings_entry) / f"index-{safe}{FAISS_SUFFIX}"
+
+    def bm25_index(self, key: str) -> Path:
+        return self.root / BM25_DIR / key
+
+    def onnx_export(self, model_slug: str, key: str) -> Path:
+        return self.root / ONNX_DIR / f"{model_slug}__{key[:16]}"
+
+    @staticmethod
+    def exact_check(export_folder: Path) -> Path:
+        """The recorded exactness check of an ONNX export, kept in its folder (cleared with it)."""
+        return Path(export_folder) / EXACT_CHECK
+
+
+@dataclass
+class CacheEntry:
+    """One cached artifact as ``harness cache list`` shows it; ``key`` is what ``clear`` selects by."""
+
+    kind: str
+    key: str
+    path: Path
+    bytes: int
+    complete: bool
+    dataset: str | None = None
+    model: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path)}
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(item.stat().st_size for item in path.rglob("*") if item.is_file())
+
+
+def _is_leftover(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith(".tmp")
+
+
+def _folders(parent: Path) -> list[Path]:
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if p.is_dir() and not _is_leftover(p))
+
+
+def _embeddings_entries(root: Path) -> list[CacheEntry]:
+    found = []
+    for directory in _folders(root / EMBEDDINGS_DIR):
+        manifest = read_json_or_none(directory / MANIFEST) or {}
+        num_shards = int(manifest.get("num_shards") or 0)
+        indexes = sorted(directory.glob(f"*{FAISS_SUFFIX}"))
+        done = len(finished_shards(directory, num_shards))
+        found.append(
+            CacheEntry(
+                kind="embeddings",
+                key=str(manifest.get("key") or directory.name.rsplit("__", 1)[-1]),
+                path=directory,
+                bytes=_size(directory) - sum(_size(index) for index in indexes),
+                complete=bool(manifest.get("complete")),
+                dataset=manifest.get("dataset"),
+                model=manifest.get("model"),
+                details={
+                    "part": manifest.get("kind", "unknown"),
+                    "split": manifest.get("split"),
+                    "count": manifest.get("num_docs"),
+                    "dim": manifest.get("dim"),
+                    "shards_done": done,
+                    "num_shards": num_shards,
+                    "encode_seconds": manifest.get("encode_seconds"),
+                },
+            )
+        )
+        found.extend(_faiss_entries(directory, manifest, indexes))
+    return found
+
+
+def _faiss_entries(directory: Path, manifest: dict[str, Any], indexes: list[Path]) -> list[CacheEntry]:
+    # An index is keyed by the vectors it holds (the embeddings key) and its factory (the file name).
+    embeddings_key = str(manifest.get("key") or directory.name)
+    return [
+        CacheEntry(
+            kind="faiss",
+            key=digest_of({"embeddings": embeddings_key, "file": index.name}),
+            path=index,
+            bytes=_size(index),
+            complete=True,
+            dataset=manifest.get("dataset"),
+            model=manifest.get("model"),
+            details={"index": index.stem.removeprefix("index-"), "embeddings_key": embeddings_key},
+        )
+        for index in indexes
+    ]
+
+
+def _bm25_entries(root: Path) -> list[CacheEntry]:
+    found = []
+    for directory in _folders(root / BM25_DIR):
+        manifest = read_json_or_none(directory / MANIFEST)
+        settings = (manifest or {}).get("settings") or {}
+        found.append(
+            CacheEntry(
+                kind="bm25",
+                key=directory.name,
+                path=directory,
+                bytes=_size(directory),
+                complete=manifest is not None,
+                dataset=(manifest or {}).get("dataset"),
+                model=(manifest or {}).get("model"),
+                details={"count": (manifest or {}).get("num_docs"), "library": settings.get("library")},
+            )
+        )
+    return found
+
+
+def _onnx_entries(root: Path) -> list[CacheEntry]:
+    found = []
+    for directory in _folders(root / ONNX_DIR):
+        record = read_json_or_none(directory / EXPORT_RECORD)
+        found.append(
+            CacheEntry(
+                kind="onnx",
+                key=str((record or {}).get("key") or directory.name.rsplit("__", 1)[-1]),
+                path=directory,
+                bytes=_size(directory),
+                complete=record is not None and (directory / "model.onnx").is_file(),
+                model=directory.name.rsplit("__", 1)[0],
+                details={"exact_check": (directory / EXACT_CHECK).is_file()},
+            )
+        )
+    return found
+
+
+def cache_entries(root: str | Path, kind: str | None = None) -> list[CacheEntry]:
+    """Every cached artifact under ``root`` (of one ``kind`` when given), in a stable order."""
+    root = Path(root)
+    readers = {
+        "embeddings": _embeddings_entries,
+        "bm25": _bm25_entries,
+        "onnx": _onnx_entries,
+    }
+    found = [entry for read in readers.values() for entry in read(root)]
+    return [entry for entry in found if kind is None or entry.kind == kind]
+
+
+def leftovers(root: str | Path) -> list[Path]:
+    """Temporary files and folders that killed writers left behind (never read by any run)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found: list[Path] = []
+    for path in sorted(root.rglob(".*.tmp")):
+        if not any(parent in found for parent in path.parents):
+            found.append(path)
+    return found
+
+
+def remove_path(path: Path) -> int:
+    """Delete a file or folder; return the bytes freed."""
+    freed = _size(path)
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    return freed

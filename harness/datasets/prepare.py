@@ -1,0 +1,40 @@
+"""Ready-to-load dataset folders: a registry name is downloaded and verified once, a path is used as is."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.core.paths import default_data_dir
+from harness.datasets.download import install_dataset
+from harness.datasets.registry import dataset_registry, unknown_name_hint
+
+MIRROR_ENV = "HARNESS_BEIR_MIRROR"
+
+
+def env_mirror() -> str | None:
+    """Mirrors named by ``HARNESS_BEIR_MIRROR`` (None when unset or empty)."""
+    return os.environ.get(MIRROR_ENV) or None
+
+
+def prepare_dataset(name_or_path: str, data_dir: Path | None = None, mirror: str | None = None) -> Path:
+    """A verified local folder for a registry name (downloaded on first use), or an existing folder as is.
+
+    ``mirror`` (default: env ``HARNESS_BEIR_MIRROR``) is tried before the official URL; it names URL
+    prefixes or local folders holding ``<name>.zip`` or ``<name>/`` (comma-separated for several).
+    """
+    registry = dataset_registry()
+    if name_or_path in registry:
+        return install_dataset(
+            registry[name_or_path],
+            Path(data_dir) if data_dir is not None else default_data_dir(),
+            mirror if mirror is not None else env_mirror(),
+        )
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    raise HarnessError(
+        f"{name_or_path!r} is neither a known dataset nor a folder; "
+        f"{unknown_name_hint(name_or_path, sorted(registry))}"
+    )

@@ -1,0 +1,165 @@
+"""The one qrels reader: BEIR TSV (``query-id corpus-id score``) and TREC qrels (``qid iter docid rel``).
+
+Every stage reads judgements here (``harness eval`` through ``load_dataset``, ``harness evaluate`` and
+``harness compare`` directly), so one file gets one verdict. Relevance stays an int, negative and
+graded values included (trec_eval decides what they mean).
+
+A (query, document) pair judged twice is an error by default, as in trec_eval (form_res_rels.c:
+"duplicate docs"); ``duplicates="last"`` keeps the last row instead, as BEIR's loader does, and
+counts the repeats so ``harness data verify`` can report them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import iter_lines
+
+Qrels = dict[str, dict[str, int]]
+
+DUPLICATE_POLICIES = ("error", "last")
+DEFAULT_DUPLICATES = "error"
+# "auto": TREC or BEIR, columns split on any whitespace. "beir": a dataset folder's qrels/<split>.tsv,
+# exactly three tab-separated columns (ids may then contain spaces).
+QRELS_LAYOUTS = ("auto", "beir")
+
+QRELS_LINE_HELP = "expected `qid iter docid rel` (TREC) or `query-id corpus-id score` (BEIR TSV)"
+BEIR_LINE_HELP = "BEIR qrels are TSV; convert 4-column TREC qrels by dropping the iteration column"
+DUPLICATES_FIX = "trec_eval refuses them; fix the file, or pass --qrels-duplicates last to keep the last row"
+
+
+@dataclass
+class QrelsFile:
+    """The judgements of one qrels file: ``qrels[query_id][doc_id] = relevance``."""
+
+    qrels: Qrels
+    rows: int  # data rows read (the count BEIR's tables report)
+    duplicate_rows: int  # rows repeating a (query, doc) pair (only with duplicates="last": last one kept)
+    path: Path | None = None
+    first_duplicate_line: int | None = None  # line of the first repeat, to point at it later
+
+
+def check_duplicates_policy(duplicates: str) -> str:
+    """``duplicates`` if it is a known policy; anything else is a ``HarnessError`` naming the choices."""
+    if duplicates not in DUPLICATE_POLICIES:
+        raise HarnessError(
+            f"unknown qrels duplicates policy {duplicates!r}; choose one of {', '.join(DUPLICATE_POLICIES)}"
+        )
+    return duplicates
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+Row = tuple[str, str, int]
+RowParser = Callable[[Path, int, str], "Row | None"]
+
+
+class _AutoRows:
+    """TREC or BEIR rows split on whitespace; the first row fixes the column count (3 or 4)."""
+
+    def __init__(self) -> None:
+        self.n_columns: int | None = None
+
+    def __call__(self, path: Path, number: int, line: str) -> Row | None:
+        fields = line.split()
+        if not fields:
+            return None
+        if self.n_columns is None:
+            if len(fields) not in (3, 4):
+                raise InputError(path, number, f"found {len(fields)} columns", QRELS_LINE_HELP)
+            self.n_columns = len(fields)
+            if self.n_columns == 3 and not _is_int(fields[2]):
+                return None  # the BEIR header line `query-id corpus-id score`
+        if len(fields) != self.n_columns:
+            raise InputError(
+                path,
+                number,
+                f"found {len(fields)} columns, earlier lines have {self.n_columns}",
+                QRELS_LINE_HELP,
+            )
+        rel_text = fields[-1]
+        if not _is_int(rel_text):
+            raise InputError(
+                path,
+                number,
+                f"relevance {rel_text!r} is not an integer",
+                "relevance grades are whole numbers such as 0, 1, 2",
+            )
+        return fields[0], fields[-2], int(rel_text)
+
+
+def _beir_row(path: Path, number: int, line: str) -> Row | None:
+    """A ``query-id<TAB>corpus-id<TAB>score`` row; a first line that is not a valid row is the header."""
+    if not line.strip():
+        return None
+    columns = line.split("\t")
+    if number == 1 and not (len(columns) == 3 and _is_int(columns[2].strip())):
+        return None  # the "query-id corpus-id score" header (a headerless first row is kept)
+    if len(columns) != 3:
+        raise InputError(
+            path,
+            number,
+            f"expected 3 tab-separated columns (query-id, corpus-id, score), found {len(columns)}",
+            BEIR_LINE_HELP,
+        )
+    query_id, doc_id, score_text = (column.strip() for column in columns)
+    if not query_id or not doc_id:
+        raise InputError(path, number, "empty query-id or corpus-id")
+    if not _is_int(score_text):
+        raise InputError(path, number, f"score {score_text!r} is not an integer")
+    return query_id, doc_id, int(score_text)
+
+
+def read_qrels(
+    path: str | os.PathLike, *, duplicates: str = DEFAULT_DUPLICATES, layout: str = "auto"
+) -> QrelsFile:
+    """Read a qrels file (``.gz``, BOM and CRLF accepted) under the ``duplicates`` policy.
+
+    ``layout="auto"`` takes TREC qrels or a BEIR TSV (header optional); ``layout="beir"`` insists on
+    BEIR's three tab-separated columns, as a dataset folder's ``qrels/<split>.tsv`` has.
+    """
+    check_duplicates_policy(duplicates)
+    if layout not in QRELS_LAYOUTS:
+        raise HarnessError(f"unknown qrels layout {layout!r}; choose one of {', '.join(QRELS_LAYOUTS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise HarnessError(f"qrels file not found: {path}")
+    parse: RowParser = _AutoRows() if layout == "auto" else _beir_row
+    result = QrelsFile(qrels={}, rows=0, duplicate_rows=0, path=path)
+    first_line: dict[tuple[str, str], int] = {}
+    number = 0
+    for number, line in iter_lines(path):
+        row = parse(path, number, line)
+        if row is None:
+            continue
+        query_id, doc_id, relevance = row
+        judged = result.qrels.setdefault(query_id, {})
+        if doc_id in judged:
+            if duplicates == "error":
+                raise InputError(
+                    path,
+                    number,
+                    f"duplicate judgment for query {query_id!r}, document {doc_id!r} "
+                    f"(first on line {first_line[(query_id, doc_id)]})",
+                    DUPLICATES_FIX,
+                )
+            result.duplicate_rows += 1
+            result.first_duplicate_line = result.first_duplicate_line or number
+        else:
+            first_line[(query_id, doc_id)] = number
+        judged[doc_id] = relevance
+        result.rows += 1
+    if result.rows == 0:
+        problem = "no judgments in file (empty file?)"
+        raise InputError(path, max(number, 1), problem, QRELS_LINE_HELP if layout == "auto" else None)
+    return result

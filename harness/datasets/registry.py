@@ -1,0 +1,125 @@
+"""The dataset registry (``datasets.yaml``): one validated record per BEIR dataset the harness knows.
+
+The shipped ``harness/records/datasets.yaml`` is read first, then the user's (``HARNESS_CONFIG_DIR``),
+whose entries add to or replace shipped ones of the same name. Every entry is a pydantic record that
+forbids unknown keys, so a typo is one error naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from pathlib import Path
+from typing import Any
+
+from pydantic import model_validator
+
+from harness.core.config import Record, read_mapping, record_files, shipped_dir, validate
+from harness.core.errors import HarnessError, InputError
+
+REGISTRY_FILE = "datasets.yaml"
+# The BEIR folder layout every record describes (and datasets.beir reads).
+CORPUS_FILE = "corpus.jsonl"
+QUERIES_FILE = "queries.jsonl"
+QRELS_DIR = "qrels"
+# Top-level keys of a registry file: anchors for shared values live under `templates`.
+REGISTRY_KEYS = {"version", "templates", "datasets"}
+
+
+class DatasetRecord(Record):
+    """One dataset of ``datasets.yaml``."""
+
+    name: str
+    url: str
+    md5: str | None = None
+    splits: list[str]
+    eval_split: str
+    drop_identical_ids: bool = False
+    files: dict[str, str] = {}  # path relative to the dataset folder -> sha256 pin
+    counts: dict[str, dict[str, int]] = {}  # split -> {"docs", "queries", "qrels"}
+    title: str = ""
+    sha256: str | None = None  # of the zip
+    bytes: int | None = None  # of the zip, informational
+    archive_dir: str = ""  # folder inside the zip holding the dataset
+    group: str | None = None  # e.g. "cqadupstack" for its forums
+    hf_corpus: str | None = None
+    hf_qrels: str | None = None
+
+    @model_validator(mode="after")
+    def _eval_split_is_a_split(self) -> DatasetRecord:
+        if self.eval_split not in self.splits:
+            raise ValueError(f"eval_split {self.eval_split!r} not in splits {self.splits}")
+        return self
+
+    @property
+    def archive_name(self) -> str:
+        """File name of the zip (``scifact.zip``; shared by the cqadupstack forums)."""
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def required_files(self) -> list[str]:
+        """Files a usable copy must have: corpus, queries and the qrels of the reported split."""
+        return [CORPUS_FILE, QUERIES_FILE, f"{QRELS_DIR}/{self.eval_split}.tsv"]
+
+
+def _record_from_yaml(name: str, entry: Any, source: Path) -> DatasetRecord:
+    if not isinstance(entry, dict):
+        raise InputError(source, None, f"dataset {name!r} is not a mapping", "see the other entries")
+    # title and archive_dir default to the name (an explicit null too, as before).
+    data = {**entry, "name": name}
+    data["title"] = str(entry.get("title") or name)
+    data["archive_dir"] = str(entry.get("archive_dir") or name)
+    return validate(DatasetRecord, data, source, where=f"dataset {name!r}")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_registry_file(path: str, mtime_ns: int) -> dict[str, DatasetRecord]:
+    document = read_mapping(path)
+    unknown = sorted(str(key) for key in document if key not in REGISTRY_KEYS)
+    if unknown:
+        raise InputError(path, None, f"unknown key {unknown[0]!r} (check its spelling)")
+    datasets = document.get("datasets")
+    if not isinstance(datasets, dict):
+        raise InputError(path, None, "no 'datasets' mapping")
+    return {str(name): _record_from_yaml(str(name), entry, Path(path)) for name, entry in datasets.items()}
+
+
+def dataset_registry() -> dict[str, DatasetRecord]:
+    """Every known dataset by name: shipped records, overridden by the user's (``HARNESS_CONFIG_DIR``)."""
+    files = record_files(REGISTRY_FILE)
+    if not files:
+        raise HarnessError(
+            f"dataset registry {shipped_dir() / REGISTRY_FILE} not found (broken installation?)"
+        )
+    registry: dict[str, DatasetRecord] = {}
+    for path in files:
+        registry.update(_read_registry_file(str(path), path.stat().st_mtime_ns))
+    return registry
+
+
+def unknown_name_hint(name: str, candidates: list[str]) -> str:
+    """``did you mean ...?`` with close matches, or where to look up the known names."""
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+    if close:
+        return f"did you mean {', '.join(close)}?"
+    return "`harness data list` shows the known datasets"
+
+
+def get_dataset_record(name: str) -> DatasetRecord:
+    """The registry entry for ``name``; an unknown name raises ``HarnessError`` with close matches."""
+    registry = dataset_registry()
+    if name in registry:
+        return registry[name]
+    raise HarnessError(f"unknown dataset {name!r}; {unknown_name_hint(name, sorted(registry))}")
+
+
+def expand_dataset_names(names: list[str]) -> list[str]:
+    """Registry names with group names (``cqadupstack``) replaced by their members, order kept."""
+    registry = dataset_registry()
+    expanded: list[str] = []
+    for name in names:
+        members = [record.name for record in registry.values() if record.group == name]
+        for member in members or [name]:
+            if member not in expanded:
+                expanded.append(member)
+    return expanded
