@@ -88,8 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare_parser = subparsers.add_parser(
         "compare",
         help="paired significance tests of runs against the first run",
-        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference (B-A) "
-        "with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
+        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference "
+        "(B-A) with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
         "correction over all metric x run comparisons. Pairing: " + PAIRING_RULE + " (listed in the "
         "output). " + FORMATS_HELP,
     )

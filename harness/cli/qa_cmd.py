@@ -207,7 +207,8 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     print(f"pairing: {QA_PAIRING_RULE}")
     print(f"test: {settings.describe()}, seed {settings.seed}")
-    header = ["metric", "A", "B", "B-A", f"{settings.confidence:.0%} CI", "p", f"p ({settings.correction})", ""]
+    ci, adjusted = f"{settings.confidence:.0%} CI", f"p ({settings.correction})"
+    header = ["metric", "A", "B", "B-A", ci, "p", adjusted, ""]
     rows = [header]
     for key, row in result.comparisons.items():
         rows.append(

@@ -47,12 +47,13 @@ def _cell_html(cell: Cell, digits: int) -> str:
     test = cell.comparison
     if test is not None:
         # The engine's result, unrounded, so readers and tools see what the table saw.
-        data = f'<span class="comparison" hidden data-comparison="{escape(json.dumps(test.to_json()))}"></span>'
+        payload = escape(json.dumps(test.to_json()))
+        data = f'<span class="comparison" hidden data-comparison="{payload}"></span>'
     if cell.mark and test is not None:
         kind = "better" if cell.mark == BETTER else "worse"
         title = (
-            f"difference {test.difference:+.4f} over {test.n_queries} paired queries, p = {test.p_value:.3g}, "
-            f"adjusted p = {test.p_value_adjusted:.3g}"
+            f"difference {test.difference:+.4f} over {test.n_queries} paired queries, "
+            f"p = {test.p_value:.3g}, adjusted p = {test.p_value_adjusted:.3g}"
         )
         mark = f' <span class="mark {kind}" title="{escape(title)}">{escape(cell.mark)}</span>'
     return f'<td class="{" ".join(classes)}">{escape(text)}{mark}{data}</td>'

@@ -154,7 +154,9 @@ def build_tables(
             "no usable results to tabulate" + (" (all were skipped, see above)" if collection.skipped else "")
         )
 
-    columns = select_models(results, models, model_aliases) if models else sorted({r.model_slug for r in results})
+    columns = (
+        select_models(results, models, model_aliases) if models else sorted({r.model_slug for r in results})
+    )
     baseline_slug = None
     if baseline:
         matched = select_models(results, [baseline], model_aliases)
