@@ -13,6 +13,7 @@ import pytrec_eval
 
 from harness.cli import main
 from harness.datasets.qrels import read_qrels
+from harness.evaluation.compare import PAIRING_RULE
 from harness.evaluation.metrics import evaluate
 from harness.evaluation.trec import write_run
 
@@ -207,7 +208,8 @@ def test_compare_three_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         row["p_value"] for row in second["comparisons"]
     ]
     assert first["baseline"] == "run" and first["settings"]["correction"] == "bonferroni"
-    assert [(row["metric"], row["b"]) for row in first["comparisons"]] == [
+    assert first["pairing_rule"] == PAIRING_RULE
+    assert [(row["metric"], row["system"]) for row in first["comparisons"]] == [
         ("ndcg@10", "shuffled"),
         ("ndcg@10", "perfect"),
         ("map", "shuffled"),
@@ -217,22 +219,26 @@ def test_compare_three_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
     assert first["runs"]["shuffled"]["missing_queries_scored_as_empty"]["qids"] == ["q3", "q9"]
     assert first["runs"]["run"]["missing_queries_scored_as_empty"]["qids"] == ["q9"]
     perfect_map = next(
-        row for row in first["comparisons"] if row["b"] == "perfect" and row["metric"] == "map"
+        row for row in first["comparisons"] if row["system"] == "perfect" and row["metric"] == "map"
     )
-    assert perfect_map["mean_b"] == 1.0 and perfect_map["significant"] and perfect_map["ci_high"] < 0
+    # difference = system - baseline, so a better system has an interval above 0.
+    assert perfect_map["mean_system"] == 1.0 and perfect_map["significant"] and perfect_map["ci_low"] > 0
+    assert all(row["n_queries"] == 10 for row in first["comparisons"])
     assert set(first["inputs"]) == {"qrels", "run:run", "run:shuffled", "run:perfect"}
     out = capsys.readouterr().out
     assert "A = run (baseline); 10 paired queries; two-sided paired permutation test; bonferroni" in out
     assert "shuffled: 2 paired queries without results, counted as 0: q3, q9" in out
+    assert f"pairing: {PAIRING_RULE}" in out
     header = next(line for line in out.splitlines() if line.startswith("metric"))
     assert header.split() == [
         "metric",
         "B",
         "A_mean",
         "B_mean",
-        "Diff(A-B)",
+        "Diff(B-A)",
         "95%",
         "CI",
+        "n",
         "p",
         "p_adj",
         "sig",

@@ -13,6 +13,7 @@ from conftest import REPO_ROOT
 
 from harness.cli import main
 from harness.core.fileio import file_digest
+from harness.evaluation.compare import QA_PAIRING_RULE
 
 MOON = {"golden_answers": ["14 December 1972 UTC", "December 1972"]}
 SEED_ROWS = [
@@ -241,7 +242,8 @@ def answers(n: int, correct: set[int], start: int = 0) -> list[dict]:
 
 
 def test_qa_compare_pairs_by_id_and_tests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # A answers ids 0..29 wrongly; B answers ids 2..31 rightly: 28 shared ids, B better on every one.
+    # A answers ids 0..29 wrongly; B answers ids 2..31 rightly: 32 ids paired, an id missing from a file
+    # scores 0 for that system (the pairing rule of `harness compare`), so B is better on 30 of them.
     file_a = write_jsonl(tmp_path / "a.jsonl", answers(30, set()))
     file_b = write_jsonl(tmp_path / "b.jsonl", answers(30, set(range(40)), start=2))
     output = tmp_path / "cmp.json"
@@ -249,17 +251,21 @@ def test_qa_compare_pairs_by_id_and_tests(tmp_path: Path, capsys: pytest.Capture
     assert code == 0, err
     assert f"2 id(s) only in {file_a}" in err and f"2 id(s) only in {file_b}" in err
     report = json.loads(output.read_text())
-    assert report["paired_questions"] == 28
+    assert report["paired_questions"] == 32
+    assert report["pairing_rule"] == QA_PAIRING_RULE
     assert report["only_in_a"] == {"count": 2, "examples": ["0", "1"]}
     assert report["only_in_b"] == {"count": 2, "examples": ["30", "31"]}
     assert list(report["results"]) == ["em", "acc", "f1"]
     em = report["results"]["em"]
-    assert (em["mean_a"], em["mean_b"], em["diff"]) == (0.0, 1.0, -1.0)
-    assert (em["ci_low"], em["ci_high"]) == (-1.0, -1.0)
-    # Every one of 10000 random sign flips is less extreme than the observed all-negative difference.
+    assert em["n_queries"] == 32
+    assert (em["mean_baseline"], em["mean_system"], em["difference"]) == (0.0, 30 / 32, 30 / 32)
+    assert em["ci_high"] == 1.0 and 0.75 < em["ci_low"] < em["difference"]
+    # Every one of 10000 random sign flips is less extreme than the observed all-positive difference.
     assert em["p_value"] == pytest.approx(1 / 10001)
-    assert em["p_adjusted"] >= em["p_value"] and em["significant"] is True
-    assert "paired questions: 28" in out and "METEOR" not in out
+    assert em["p_value_adjusted"] >= em["p_value"] and em["significant"] is True
+    assert report["significance"]["n_resamples"] == 10000
+    assert "paired questions: 32" in out and "METEOR" not in out
+    assert f"pairing: {QA_PAIRING_RULE}" in out
 
 
 def test_qa_compare_identical_systems_not_significant(
@@ -275,7 +281,8 @@ def test_qa_compare_identical_systems_not_significant(
     results = json.loads(output.read_text())["results"]
     assert set(results) == {"em", "meteor"}
     assert all(
-        row["p_value"] == 1.0 and not row["significant"] and row["diff"] == 0.0 for row in results.values()
+        row["p_value"] == 1.0 and not row["significant"] and row["difference"] == 0.0
+        for row in results.values()
     )
 
 
@@ -305,8 +312,8 @@ def test_qa_compare_ttest_uses_per_question_scores(
     em_a = [float(i in correct_a) for i in range(10)]
     em_b = [float(i in correct_b) for i in range(10)]
     assert em["p_value"] == pytest.approx(stats.ttest_rel(em_a, em_b).pvalue)
-    assert em["p_adjusted"] == em["p_value"]
-    assert em["diff"] == pytest.approx(-0.3)
+    assert em["p_value_adjusted"] == em["p_value"]
+    assert em["difference"] == pytest.approx(0.3)  # system (B) - baseline (A)
 
 
 def test_qa_compare_counts_gold_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -320,7 +327,7 @@ def test_qa_compare_counts_gold_mismatch(tmp_path: Path, capsys: pytest.CaptureF
     assert "gold answers differ for 1 shared id(s), e.g. '3'" in err
     report = json.loads(output.read_text())
     assert report["gold_differs"] == {"count": 1, "examples": ["3"]}
-    assert report["results"]["em"]["mean_b"] == pytest.approx(2 / 5)  # id 3 is right against B's own gold
+    assert report["results"]["em"]["mean_system"] == pytest.approx(2 / 5)  # id 3 is right against B's own gold
 
 
 def test_qa_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,9 @@ import pytest
 from scipy import stats
 
 from harness.core.errors import HarnessError
+from harness.evaluation.compare import PAIRING_RULE, SignificanceSettings, compare_runs
 from harness.evaluation.metrics import evaluate
-from harness.evaluation.significance import adjust_pvalues, compare_runs, paired_test
+from harness.evaluation.significance import adjust_pvalues, bootstrap_interval, paired_test
 
 
 def _per_query_pair(seed: int, n: int, shift: float) -> tuple[np.ndarray, np.ndarray]:
@@ -153,23 +154,26 @@ def _three_runs() -> tuple[dict, dict]:
 def test_compare_runs_pairs_queries_and_counts_missing_as_zero() -> None:
     qrels, runs = _three_runs()
     metrics = ["ndcg@10", "map", "mrr@5"]
-    result = compare_runs(qrels, runs, metrics, n_resamples=2000, seed=5)
+    settings = SignificanceSettings(n_resamples=2000, seed=5)
+    result = compare_runs(qrels, runs, metrics, settings=settings)
     assert result["baseline"] == "A" and result["n_queries"] == 60
     missing = result["runs"]["C"]["missing_queries_scored_as_empty"]
     assert missing["count"] == 10 and missing["qids"] == sorted(f"q{q}" for q in range(0, 60, 6))
     assert result["runs"]["B"]["missing_queries_scored_as_empty"]["count"] == 0
-    rows = {(row["metric"], row["b"]): row for row in result["comparisons"]}
+    assert result["pairing_rule"] == PAIRING_RULE
+    rows = {(row["metric"], row["system"]): row for row in result["comparisons"]}
     assert len(rows) == 6
     per_query = {name: evaluate(qrels, run, metrics).per_query for name, run in runs.items()}
     paired = sorted(f"q{q}" for q in range(60))  # compare_runs pairs queries in qid order
     for (metric, other), row in rows.items():
         a = np.array([per_query["A"][qid][metric] for qid in paired])
         b = np.array([per_query[other].get(qid, {}).get(metric, 0.0) for qid in paired])
-        expected = paired_test(a, b, n_resamples=2000, seed=5)
-        assert row["p_value"] == expected.p_value and row["n"] == 60
-        assert (row["mean_a"], row["mean_b"], row["diff"]) == (
-            expected.mean_a,
+        # The system goes first: difference = system - baseline.
+        expected = paired_test(b, a, n_resamples=2000, seed=5)
+        assert row["p_value"] == expected.p_value and row["n_queries"] == 60
+        assert (row["mean_baseline"], row["mean_system"], row["difference"]) == (
             expected.mean_b,
+            expected.mean_a,
             expected.diff,
         )
         assert (row["ci_low"], row["ci_high"]) == (expected.ci_low, expected.ci_high)
@@ -177,18 +181,42 @@ def test_compare_runs_pairs_queries_and_counts_missing_as_zero() -> None:
     adjusted = adjust_pvalues(raw, "holm")
     assert [row["p_value_adjusted"] for row in result["comparisons"]] == adjusted
     assert [row["significant"] for row in result["comparisons"]] == [p < 0.05 for p in adjusted]
-    assert rows[("ndcg@10", "B")]["significant"] and rows[("ndcg@10", "B")]["diff"] < 0
-    assert rows[("ndcg@10", "C")]["mean_b"] < rows[("ndcg@10", "C")]["mean_a"]
+    assert rows[("ndcg@10", "B")]["significant"] and rows[("ndcg@10", "B")]["difference"] > 0
+    assert rows[("ndcg@10", "C")]["mean_system"] < rows[("ndcg@10", "C")]["mean_baseline"]
     assert result["settings"]["correction"] == "holm" and result["settings"]["n_comparisons"] == 6
-    assert compare_runs(qrels, runs, metrics, n_resamples=2000, seed=5) == result
+    assert compare_runs(qrels, runs, metrics, settings=settings) == result
 
 
 def test_compare_runs_complete_and_ttest() -> None:
     qrels, runs = _three_runs()
-    result = compare_runs(qrels, runs, ["map"], test="ttest", complete=True, correction="bonferroni")
+    settings = SignificanceSettings(test="ttest", correction="bonferroni")
+    result = compare_runs(qrels, runs, ["map"], settings=settings, complete=True)
     assert result["n_queries"] == 61  # every judged query, including the one no run answered
+    assert all(row["n_queries"] == 61 for row in result["comparisons"])
     assert result["runs"]["A"]["missing_queries_scored_as_empty"]["qids"] == ["never"]
     p = [row["p_value"] for row in result["comparisons"]]
     assert [row["p_value_adjusted"] for row in result["comparisons"]] == [min(1.0, 2 * value) for value in p]
     with pytest.raises(HarnessError, match="at least 2 runs"):
         compare_runs(qrels, {"A": runs["A"]}, ["map"])
+
+
+def test_bootstrap_interval_is_seeded_and_shared_by_paired_test() -> None:
+    a, b = _per_query_pair(13, 50, 0.05)
+    interval = bootstrap_interval(a - b, confidence=0.9, n_resamples=3000, seed=8)
+    assert bootstrap_interval(a - b, confidence=0.9, n_resamples=3000, seed=8) == interval
+    result = paired_test(a, b, confidence=0.9, n_resamples=3000, seed=8)
+    assert (result.ci_low, result.ci_high) == interval
+    assert bootstrap_interval([0.5], seed=1) == (0.5, 0.5)
+    with pytest.raises(HarnessError, match="at least one value"):
+        bootstrap_interval([])
+
+
+def test_settings_are_validated_before_any_test() -> None:
+    qrels, runs = _three_runs()
+    for bad, message in (
+        (SignificanceSettings(test="sign"), "unknown test"),
+        (SignificanceSettings(correction="fdr"), "unknown correction"),
+        (SignificanceSettings(alpha=1.5), "alpha"),
+    ):
+        with pytest.raises(HarnessError, match=message):
+            compare_runs(qrels, runs, ["map"], settings=bad)

@@ -13,6 +13,8 @@ import pytest
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
+from harness.core.errors import HarnessError
+from harness.results.collect import collect_results, display_labels, select_models
 
 MODELS = ["base-model", "finetuned-model", "mixed-model", "broken-model"]
 
@@ -130,10 +132,11 @@ def test_csv_has_one_tidy_line_per_cell_with_marks(results_dir, truth, capsys):
         and finetuned["significant"] == "true"
         and finetuned["direction"] == "better"
     )
-    assert float(finetuned["p_adjusted"]) < 0.05 and finetuned["baseline"] == "base-model"
-    assert float(finetuned["diff_vs_baseline"]) == pytest.approx(1.0 - truth["base_scifact"])
+    assert float(finetuned["p_value_adjusted"]) < 0.05 and finetuned["baseline"] == "base-model"
+    assert float(finetuned["difference"]) == pytest.approx(1.0 - truth["base_scifact"])
+    assert int(finetuned["paired_queries"]) == truth["scifact_queries"]
     mixed = cell[("ndcg@10", "scifact", "mixed-model")]
-    assert mixed["significant"] == "false" and mixed["best"] == "false" and float(mixed["p_adjusted"]) > 0.05
+    assert mixed["significant"] == "false" and mixed["best"] == "false" and float(mixed["p_value_adjusted"]) > 0.05
     broken = cell[("ndcg@10", "scifact", "broken-model")]
     assert broken["direction"] == "worse"
     base = cell[("ndcg@10", "scifact", "base-model")]
@@ -153,7 +156,7 @@ def test_correction_is_applied_across_the_table(results_dir, capsys):
         assert code == 0, err
         rows = csv.DictReader(io.StringIO(out))
         return {
-            (r["metric"], r["dataset"], r["model"]): (float(r["p_value"]), float(r["p_adjusted"]))
+            (r["metric"], r["dataset"], r["model"]): (float(r["p_value"]), float(r["p_value_adjusted"]))
             for r in rows
             if r["p_value"]
         }
@@ -317,3 +320,15 @@ def test_bad_options_fail_with_one_line(results_dir, capsys, args, message):
 def test_missing_results_folder_fails_with_one_line(tmp_path, capsys):
     code, out, err = table(capsys, str(tmp_path / "nowhere"))
     assert code == 2 and "does not exist" in err and "Traceback" not in err
+
+
+def test_collection_and_model_selection_live_in_results(results_dir):
+    collection = collect_results(results_dir)
+    assert {(r.dataset, r.model) for r in collection.results} >= {("scifact", m) for m in MODELS}
+    assert select_models(collection.results, ["finetuned-model", "base-model"]) == [
+        "finetuned-model",
+        "base-model",
+    ]
+    assert display_labels(collection.results, ["base-model"]) == {"base-model": "base-model"}
+    with pytest.raises(HarnessError, match="no results for model 'nope'"):
+        select_models(collection.results, ["nope"])

@@ -6,11 +6,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import add_qrels_duplicates_argument, add_significance_arguments
+from harness.cli.common import (
+    add_qrels_duplicates_argument,
+    add_significance_arguments,
+    significance_settings,
+)
+from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write_json, file_digest
+from harness.datasets.qrels import read_qrels
+from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
+from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, evaluate
+from harness.evaluation.trec import read_run
 
-DEFAULT_METRICS = ["ndcg", "map", "recall", "p", "mrr"]
-DEFAULT_KS = [1, 3, 5, 10, 100, 1000]
-COMPARE_METRICS = ["ndcg@10", "map", "recall@100", "mrr@10"]
+# One list object, so _cutoffs can tell the default apart from the same names typed by the user.
+_EVALUATE_DEFAULT = list(EVALUATE_FAMILIES)
 
 METRICS_HELP = (
     "metric names, case-insensitive: ndcg[@k], recall@k, p@k (precision@k), map[@k], mrr[@k], rprec, bpref, "
@@ -38,7 +47,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
         default=None,
         metavar="K",
         help="cutoffs for bare metric names, e.g. --metrics ndcg recall --ks 10 100 "
-        f"(default: {' '.join(map(str, DEFAULT_KS))} with the default metrics; otherwise bare map, mrr "
+        f"(default: {' '.join(map(str, PIPELINE_KS))} with the default metrics; otherwise bare map, mrr "
         "and ndcg cover the whole ranking)",
     )
     parser.add_argument(
@@ -67,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate_parser.add_argument("qrels", type=Path, metavar="QRELS")
     evaluate_parser.add_argument("run", type=Path, metavar="RUN")
-    _add_common(evaluate_parser, DEFAULT_METRICS)
+    _add_common(evaluate_parser, _EVALUATE_DEFAULT)
     add_qrels_duplicates_argument(evaluate_parser)
     evaluate_parser.add_argument(
         "--per-query",
@@ -79,17 +88,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare_parser = subparsers.add_parser(
         "compare",
         help="paired significance tests of runs against the first run",
-        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference (A-B) "
-        "with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
-        "correction over all metric x run comparisons. Judged queries a run did not answer count as 0 "
-        "for that run (listed in the output). " + FORMATS_HELP,
+        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference "
+        "(B-A) with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
+        "correction over all metric x run comparisons. Pairing: " + PAIRING_RULE + " (listed in the "
+        "output). " + FORMATS_HELP,
     )
     compare_parser.add_argument("qrels", type=Path, metavar="QRELS")
     compare_parser.add_argument("baseline", type=Path, metavar="RUN_A", help="the baseline run")
     compare_parser.add_argument(
         "others", type=Path, nargs="+", metavar="RUN_B", help="runs compared with RUN_A"
     )
-    _add_common(compare_parser, COMPARE_METRICS)
+    _add_common(compare_parser, list(COMPARE_METRICS))
     add_qrels_duplicates_argument(compare_parser)
     add_significance_arguments(compare_parser, correction_scope="all metric x run comparisons")
     compare_parser.set_defaults(func=run_compare)
@@ -97,23 +106,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _cutoffs(args: argparse.Namespace) -> list[int] | None:
     """--ks, or the default cutoffs when the default metric families are used."""
-    if args.ks is None and args.metrics is DEFAULT_METRICS:
-        return DEFAULT_KS
+    if args.ks is None and args.metrics is _EVALUATE_DEFAULT:
+        return list(PIPELINE_KS)
     return args.ks
 
 
 def _inputs(paths: dict[str, Path]) -> dict:
-    from harness.core.fileio import file_digest
-
     return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from harness.core.fileio import atomic_write_json
-    from harness.datasets.qrels import read_qrels
-    from harness.evaluation.metrics import evaluate
-    from harness.evaluation.trec import read_run
-
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
     run = read_run(args.run)
     result = evaluate(
@@ -171,12 +173,6 @@ def _run_labels(paths: list[Path]) -> list[str]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from harness.core.errors import HarnessError
-    from harness.core.fileio import atomic_write_json
-    from harness.datasets.qrels import read_qrels
-    from harness.evaluation.significance import compare_runs
-    from harness.evaluation.trec import read_run
-
     paths = [args.baseline, *args.others]
     labels = _run_labels(paths)
     if len(set(labels)) != len(labels):
@@ -188,11 +184,7 @@ def run_compare(args: argparse.Namespace) -> int:
         runs,
         args.metrics,
         ks=_cutoffs(args),
-        test=args.test,
-        n_resamples=args.n_resamples,
-        seed=args.seed,
-        alpha=args.alpha,
-        correction=args.correction,
+        settings=significance_settings(args),
         relevance_level=args.relevance_level,
         complete=args.complete,
     )
@@ -215,6 +207,7 @@ def _print_comparison(result: dict) -> None:
         f"comparisons, alpha {settings['alpha']}; CI: {settings['confidence_interval']} "
         f"({settings['n_resamples']} resamples, seed {settings['seed']})"
     )
+    print(f"pairing: {result['pairing_rule']}")
     for label, info in result["runs"].items():
         missing = info["missing_queries_scored_as_empty"]
         if missing["count"]:
@@ -222,15 +215,16 @@ def _print_comparison(result: dict) -> None:
                 f"  {label}: {missing['count']} paired queries without results, counted as 0: {_preview(missing['qids'])}"
             )
     ci_label = settings["confidence_interval"].split()[0] + " CI"
-    header = ["metric", "B", "A_mean", "B_mean", "Diff(A-B)", ci_label, "p", "p_adj", "sig"]
+    header = ["metric", "B", "A_mean", "B_mean", "Diff(B-A)", ci_label, "n", "p", "p_adj", "sig"]
     rows = [
         [
             row["metric"],
-            row["b"],
-            f"{row['mean_a']:.4f}",
-            f"{row['mean_b']:.4f}",
-            f"{row['diff']:+.4f}",
+            row["system"],
+            f"{row['mean_baseline']:.4f}",
+            f"{row['mean_system']:.4f}",
+            f"{row['difference']:+.4f}",
             f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            str(row["n_queries"]),
             f"{row['p_value']:.4f}",
             f"{row['p_value_adjusted']:.4f}",
             "yes" if row["significant"] else "no",

@@ -7,16 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_significance_arguments
-from harness.core.errors import HarnessError
+from harness.cli.common import add_significance_arguments, significance_settings
 from harness.core.fileio import atomic_write_json, file_digest
+from harness.evaluation.compare import QA_PAIRING_RULE
+from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
 from harness.qa.data import QAFile, read_predictions
 from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
 
-# qa-compare's default: the headline answer-matching scores; ``--metrics all`` tests every per-question score.
-DEFAULT_COMPARE_METRICS = ("em", "acc", "f1")
-# How many ids a report lists by name (only in one file, gold differs); the counts are always complete.
-MAX_LISTED_IDS = 10
 _EXAMPLE_LINE = (
     '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '
     '"pred_answer": "December 14, 1973"}'
@@ -76,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="paired significance test between two systems' answers to the same questions",
         description="Score two predictions files like qa-eval, pair the questions by id and test each "
         "per-question score with the evaluation toolkit's paired test; p-values are adjusted across the "
-        "metrics tested. Ids found in only one file are reported and left out of the test.",
+        "metrics tested. Pairing: " + QA_PAIRING_RULE + " (such ids are reported).",
     )
     compare.add_argument(
         "system_a", type=Path, metavar="A.jsonl", help="predictions of system A (the baseline)"
@@ -181,114 +178,49 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _id_list(ids: list[str]) -> dict[str, Any]:
-    return {"count": len(ids), "examples": ids[:MAX_LISTED_IDS]}
-
-
-def _pair_by_id(file_a: QAFile, file_b: QAFile) -> tuple[list[str], list[str], list[str]]:
-    """Ids in both files (A's order), only in A, only in B."""
-    ids_b = {record.qid for record in file_b.records}
-    ids_a = {record.qid for record in file_a.records}
-    shared = [record.qid for record in file_a.records if record.qid in ids_b]
-    only_a = [record.qid for record in file_a.records if record.qid not in ids_b]
-    only_b = [record.qid for record in file_b.records if record.qid not in ids_a]
-    return shared, only_a, only_b
-
-
 def run_compare(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from harness.evaluation.significance import adjust_pvalues, paired_test
-
     keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
-    if not 0 < args.alpha < 1:
-        raise HarnessError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    settings = significance_settings(args)
     file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)
-    shared, only_a, only_b = _pair_by_id(file_a, file_b)
-    if not shared:
-        raise HarnessError(
-            f"{args.system_a} and {args.system_b} share no question id; check --id-key and that both files "
-            "answer the same questions"
-        )
-    for path, ids in ((args.system_a, only_a), (args.system_b, only_b)):
+    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
+    result = compare_answers(file_a, file_b, scorer, settings)
+    for path, ids in ((args.system_a, result.only_a), (args.system_b, result.only_b)):
         if ids:
             print(
-                f"warning: {len(ids)} id(s) only in {path}, e.g. {ids[0]!r}; left out of the test",
+                f"warning: {len(ids)} id(s) only in {path}, e.g. {ids[0]!r}; scored 0 for the other system",
                 file=sys.stderr,
             )
-    records_a, records_b = file_a.by_id(), file_b.by_id()
-    gold_differs = [qid for qid in shared if records_a[qid].gold_groups != records_b[qid].gold_groups]
-    if gold_differs:
+    if result.gold_differs:
         print(
-            f"warning: gold answers differ for {len(gold_differs)} shared id(s), e.g. {gold_differs[0]!r}; "
-            "each file is scored against its own gold",
+            f"warning: gold answers differ for {len(result.gold_differs)} shared id(s), e.g. "
+            f"{result.gold_differs[0]!r}; each file is scored against its own gold",
             file=sys.stderr,
         )
-
-    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
-    scores_a = {qid: scorer.score(records_a[qid]) for qid in shared}
-    scores_b = {qid: scorer.score(records_b[qid]) for qid in shared}
-    tests = {
-        key: paired_test(
-            np.array([scores_a[qid][key] for qid in shared]),
-            np.array([scores_b[qid][key] for qid in shared]),
-            test=args.test,
-            n_resamples=args.n_resamples,
-            seed=args.seed,
-            confidence=1 - args.alpha,
-        )
-        for key in keys
-    }
-    adjusted = adjust_pvalues([tests[key].p_value for key in keys], method=args.correction)
-    results = {
-        key: {
-            "mean_a": float(test.mean_a),
-            "mean_b": float(test.mean_b),
-            "diff": float(test.diff),
-            "ci_low": float(test.ci_low),
-            "ci_high": float(test.ci_high),
-            "p_value": float(test.p_value),
-            "p_adjusted": float(p_adjusted),
-            "significant": bool(p_adjusted < args.alpha),
-        }
-        for (key, test), p_adjusted in zip(tests.items(), adjusted, strict=True)
-    }
-    report = {
-        "a": _file_summary(file_a),
-        "b": _file_summary(file_b),
-        "paired_questions": len(shared),
-        "only_in_a": _id_list(only_a),
-        "only_in_b": _id_list(only_b),
-        "gold_differs": _id_list(gold_differs),
-        "test": args.test,
-        "resamples": args.n_resamples,
-        "seed": args.seed,
-        "correction": args.correction,
-        "alpha": args.alpha,
-        "diff": "mean over paired questions of (A - B)",
-        "confidence_interval": f"{1 - args.alpha:.0%} percentile bootstrap of mean(A - B), not adjusted",
-        "settings": scorer.settings(),
-        "results": results,
-    }
+    files = {"a": _file_summary(file_a), "b": _file_summary(file_b)}
     if args.output:
-        atomic_write_json(args.output, report)
+        atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
 
     print(f"A: {file_a.path}  B: {file_b.path}")
-    print(f"paired questions: {len(shared)}; only in A: {len(only_a)}; only in B: {len(only_b)}")
-    print(f"test: {args.test}, {args.n_resamples} resamples, seed {args.seed}; p adjusted: {args.correction}")
-    header = ["metric", "A", "B", "A-B", f"{1 - args.alpha:.0%} CI", "p", f"p ({args.correction})", ""]
+    print(
+        f"paired questions: {len(result.paired)}; only in A: {len(result.only_a)}; "
+        f"only in B: {len(result.only_b)}"
+    )
+    print(f"pairing: {QA_PAIRING_RULE}")
+    print(f"test: {settings.describe()}, seed {settings.seed}")
+    ci, adjusted = f"{settings.confidence:.0%} CI", f"p ({settings.correction})"
+    header = ["metric", "A", "B", "B-A", ci, "p", adjusted, ""]
     rows = [header]
-    for key, row in results.items():
+    for key, row in result.comparisons.items():
         rows.append(
             [
                 key,
-                f"{row['mean_a']:.4f}",
-                f"{row['mean_b']:.4f}",
-                f"{row['diff']:+.4f}",
-                f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
-                f"{row['p_value']:.4g}",
-                f"{row['p_adjusted']:.4g}",
-                "*" if row["significant"] else "",
+                f"{row.mean_baseline:.4f}",
+                f"{row.mean_system:.4f}",
+                f"{row.difference:+.4f}",
+                f"[{row.ci_low:+.4f}, {row.ci_high:+.4f}]",
+                f"{row.p_value:.4g}",
+                f"{row.p_value_adjusted:.4g}",
+                "*" if row.significant else "",
             ]
         )
     _print_rows(rows)

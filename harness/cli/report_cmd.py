@@ -6,10 +6,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.cli.common import add_significance_arguments, positive_int
+from harness.cli.common import (
+    add_eval_arguments,
+    add_significance_arguments,
+    options_from_args,
+    positive_int,
+    significance_settings,
+)
+from harness.core.fileio import atomic_write
 from harness.core.paths import default_results_dir
-
-HEADLINE = ["ndcg@10", "recall@100"]
+from harness.evaluation.metrics import HEADLINE_METRICS
+from harness.report.charts import write_charts
+from harness.report.formats import FORMATS, render
+from harness.report.html import write_report
+from harness.report.tables import TableSet, build_tables
+from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
+from harness.results.collect import collect_results
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +33,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
     )
     parser.add_argument(
-        "--metrics", nargs="+", default=HEADLINE, help="one table per metric (default: %(default)s)"
+        "--metrics", nargs="+", default=list(HEADLINE_METRICS), help="one table per metric (default: %(default)s)"
     )
     parser.add_argument("--datasets", nargs="+", help="rows to show, in this order (default: all, sorted)")
     parser.add_argument(
@@ -38,20 +50,12 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _tableset(args: argparse.Namespace):
-    from harness.report.tables import SignificanceSettings, build_tables, collect_results
-
+def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
     results_dir = args.results_dir or default_results_dir()
     collection = collect_results(results_dir)
     for path, reason in collection.skipped:
         print(f"warning: skipped {path}: {reason}", file=sys.stderr)
-    settings = SignificanceSettings(
-        test=args.test,
-        alpha=args.alpha,
-        correction=args.correction,
-        n_resamples=args.n_resamples,
-        seed=args.seed,
-    )
+    settings = significance_settings(args)
     tableset = build_tables(
         collection,
         args.metrics,
@@ -65,13 +69,8 @@ def _tableset(args: argparse.Namespace):
 
 
 def run_table(args: argparse.Namespace) -> int:
-    from harness.core.fileio import atomic_write
-    from harness.report.formats import render
-
     results_dir, tableset = _tableset(args)
     if args.format == "png":
-        from harness.report.charts import write_charts
-
         for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
             print(path)
         return 0
@@ -86,8 +85,6 @@ def run_table(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from harness.report.html import write_report
-
     results_dir, tableset = _tableset(args)
     output = args.output or Path(results_dir) / "report.html"
     print(write_report(tableset, output, title=args.title, results_dir=Path(results_dir)))
@@ -95,9 +92,6 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from harness.cli.eval_cmd import options_from_args
-    from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
-
     suite = load_suite(args.suite, args.references)
     options = options_from_args(args)
     report = run_suite(suite, options)
@@ -107,8 +101,6 @@ def run_reproduce(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from harness.report.formats import FORMATS
-
     table = subparsers.add_parser(
         "table",
         help="tables of results: datasets x models, averages, best marked, significance vs a baseline",
@@ -157,7 +149,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reproduce.add_argument(
         "--references", type=Path, help="published numbers (default: configs/references.yaml)"
     )
-    from harness.cli.eval_cmd import add_eval_arguments
-
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)

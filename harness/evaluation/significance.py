@@ -1,7 +1,7 @@
 """Is a difference between two systems real? Paired tests, bootstrap CIs, multiple comparisons.
 
-Per-query metric values come from :mod:`harness.evaluation.metrics`. The default test is the two-sided
-paired permutation (randomization) test: under the null hypothesis the sign of each
+Pure statistics on paired arrays; which queries are paired is decided in
+:mod:`harness.evaluation.compare`. The default test is the two-sided paired permutation (randomization) test: under the null hypothesis the sign of each
 query's difference is arbitrary, so the observed mean difference is compared with the
 means obtained by flipping signs at random (all 2^n flips when that is no more than the
 number of resamples). The paired t-test and Wilcoxon signed-rank test come from scipy.
@@ -9,16 +9,13 @@ number of resamples). The paired t-test and Wilcoxon signed-rank test come from 
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.evaluation.metrics import as_qrels, empty_ranking_value, evaluate, parse_metrics
-from harness.evaluation.trec import Qrels, Run
 
 TESTS = ("permutation", "ttest", "wilcoxon")
 CORRECTIONS = ("holm", "bonferroni", "none")
@@ -71,21 +68,32 @@ def _scipy_p_value(test: str, a: np.ndarray, b: np.ndarray) -> float:
     return 1.0 if np.isnan(result.pvalue) else float(result.pvalue)
 
 
-def _bootstrap_ci(
-    diffs: np.ndarray, n_resamples: int, confidence: float, rng: np.random.Generator
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10000,
+    seed: int = 42,
 ) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of ``values``; the one bootstrap every output uses.
+
+    Seeded with ``numpy.random.default_rng(seed)``: same values and seed, same interval.
+    """
     from scipy import stats
 
-    if np.ptp(diffs) == 0:  # every resample has the same mean
-        return float(diffs[0]), float(diffs[0])
+    data = np.asarray(values, dtype=np.float64)
+    if data.ndim != 1 or data.size == 0:
+        raise HarnessError("a bootstrap interval needs a 1-D array of at least one value")
+    if np.ptp(data) == 0:  # every resample has the same mean
+        return float(data[0]), float(data[0])
     result = stats.bootstrap(
-        (diffs,),
+        (data,),
         np.mean,
         n_resamples=n_resamples,
         confidence_level=confidence,
         method="percentile",
-        batch=max(1, _BATCH_ELEMENTS // len(diffs)),
-        rng=rng,
+        batch=max(1, _BATCH_ELEMENTS // len(data)),
+        rng=np.random.default_rng(seed),
     )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
@@ -118,12 +126,13 @@ def paired_test(
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise HarnessError("paired values must be finite numbers")
     diffs = a - b
-    permutation_rng, bootstrap_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     if test == "permutation":
+        # A stream of its own, so the sign flips do not replay the bootstrap's draws.
+        permutation_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
         p_value = _permutation_p_value(diffs, n_resamples, permutation_rng)
     else:
         p_value = _scipy_p_value(test, a, b)
-    ci_low, ci_high = _bootstrap_ci(diffs, n_resamples, confidence, bootstrap_rng)
+    ci_low, ci_high = bootstrap_interval(diffs, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return PairedTest(
         p_value=p_value,
         ci_low=ci_low,
@@ -152,103 +161,3 @@ def adjust_pvalues(p_values: Sequence[float], method: str = "holm") -> list[floa
     adjusted = np.empty(m)
     adjusted[order] = np.minimum(scaled, 1.0)
     return adjusted.tolist()
-
-
-def compare_runs(
-    qrels: Qrels | str | os.PathLike,
-    runs: dict[str, Run | str | os.PathLike],
-    metrics: Sequence[str],
-    *,
-    ks: Sequence[int] | None = None,
-    test: str = "permutation",
-    n_resamples: int = 10000,
-    seed: int = 42,
-    alpha: float = 0.05,
-    correction: str = "holm",
-    relevance_level: int = 1,
-    complete: bool = False,
-) -> dict:
-    """Compare every run with the first (the baseline) on every metric; JSON-ready result.
-
-    Queries are paired, in qid order, over the judged queries any run answered (all judged
-    queries with ``complete``); a run missing one of them scores it as an empty ranking (0),
-    and the output lists those queries per run. The correction covers all metric x run comparisons;
-    the CI is at confidence ``1 - alpha`` and is not adjusted.
-    """
-    if len(runs) < 2:
-        raise HarnessError(f"compare needs at least 2 runs, got {len(runs)}")
-    if test not in TESTS:
-        raise HarnessError(f"unknown test {test!r}; choose one of {', '.join(TESTS)}")
-    if correction not in CORRECTIONS:
-        raise HarnessError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
-    if not 0 < alpha < 1:
-        raise HarnessError(f"alpha must be between 0 and 1, got {alpha}")
-    names = parse_metrics(metrics, ks)
-    qrels = as_qrels(qrels)
-    evaluations = {
-        label: evaluate(qrels, run, names, relevance_level=relevance_level) for label, run in runs.items()
-    }
-    if complete:
-        paired = sorted(qrels)
-    else:
-        paired = sorted({qid for evaluation in evaluations.values() for qid in evaluation.per_query})
-
-    values: dict[str, dict[str, np.ndarray]] = {}
-    run_info: dict[str, dict] = {}
-    for label, evaluation in evaluations.items():
-        missing = [qid for qid in paired if qid not in evaluation.per_query]
-        run_info[label] = {
-            "queries_with_results": len(paired) - len(missing),
-            "missing_queries_scored_as_empty": {"count": len(missing), "qids": missing},
-            "run_queries_without_qrels_skipped": len(evaluation.run_queries_without_qrels),
-        }
-        values[label] = {
-            metric: np.array(
-                [evaluation.per_query.get(qid, {}).get(metric, empty_ranking_value(metric)) for qid in paired]
-            )
-            for metric in names
-        }
-
-    labels = list(runs)
-    baseline = labels[0]
-    comparisons = []
-    for metric in names:
-        for label in labels[1:]:
-            result = paired_test(
-                values[baseline][metric],
-                values[label][metric],
-                test=test,
-                n_resamples=n_resamples,
-                seed=seed,
-                confidence=1 - alpha,
-            )
-            row = {"metric": metric, "a": baseline, "b": label}
-            row.update({key: value for key, value in asdict(result).items() if key != "test"})
-            comparisons.append(row)
-    for row, adjusted in zip(
-        comparisons, adjust_pvalues([row["p_value"] for row in comparisons], correction), strict=True
-    ):
-        row["p_value_adjusted"] = adjusted
-        row["significant"] = bool(adjusted < alpha)
-
-    return {
-        "baseline": baseline,
-        "metrics": names,
-        "n_queries": len(paired),
-        "runs": run_info,
-        "settings": {
-            "test": test,
-            "two_sided": True,
-            "n_resamples": n_resamples,
-            "seed": seed,
-            "alpha": alpha,
-            "correction": correction,
-            "n_comparisons": len(comparisons),
-            "confidence_interval": f"{1 - alpha:.0%} percentile bootstrap of mean(A - B), not adjusted",
-            "paired_queries": "all judged queries" if complete else "judged queries answered by any run",
-            "missing_query_value": "empty ranking: 0 (gmap: log(1e-5))",
-            "gmap_scale": "per-query log(AP), as trec_eval",
-            "relevance_level": relevance_level,
-        },
-        "comparisons": comparisons,
-    }

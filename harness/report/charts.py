@@ -12,32 +12,22 @@ from pathlib import Path
 import numpy as np
 
 from harness.core.fileio import atomic_write
-from harness.report.tables import MetricTable, TableSet, pretty_metric
+from harness.evaluation.metrics import pretty_metric
+from harness.evaluation.significance import bootstrap_interval
+from harness.report.tables import MetricTable, TableSet
 from harness.results.store import StoredResult
 
 CONFIDENCE = 0.95
+# Error bars are drawn, not tested: fewer resamples than a test keeps a many-bar report quick.
 N_RESAMPLES = 2000
 SEED = 42
 
 
-def bootstrap_interval(values: list[float], *, seed: int = SEED) -> tuple[float, float] | None:
-    """Percentile bootstrap CI of the mean of per-query values (None when there are too few values)."""
-    from scipy.stats import bootstrap
-
-    data = np.asarray(values, dtype=float)
-    if data.size < 2:
+def _error_bar(values: list[float]) -> tuple[float, float] | None:
+    """The bootstrap interval of the mean, or None when there are too few values to draw one."""
+    if len(values) < 2:
         return None
-    if np.all(data == data[0]):
-        return float(data[0]), float(data[0])
-    interval = bootstrap(
-        (data,),
-        np.mean,
-        confidence_level=CONFIDENCE,
-        n_resamples=N_RESAMPLES,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    ).confidence_interval
-    return float(interval.low), float(interval.high)
+    return bootstrap_interval(values, confidence=CONFIDENCE, n_resamples=N_RESAMPLES, seed=SEED)
 
 
 def draw_metric_chart(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> bytes:
@@ -66,7 +56,7 @@ def draw_metric_chart(table: MetricTable, results: dict[tuple[str, str], StoredR
             interval = None
             result = results.get((row.key, slug))
             if value is not None and result is not None:
-                interval = bootstrap_interval(list(result.per_query_values(table.metric).values()))
+                interval = _error_bar(list(result.per_query_values(table.metric).values()))
             if interval is None or value is None:
                 lower.append(0.0)
                 upper.append(0.0)

@@ -8,17 +8,10 @@ import json
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.report.tables import (
-    BETTER,
-    MISSING,
-    WORSE,
-    Cell,
-    Collection,
-    MetricTable,
-    SignificanceSettings,
-    TableSet,
-    pretty_metric,
-)
+from harness.evaluation.compare import PAIRING_RULE, SignificanceSettings
+from harness.evaluation.metrics import pretty_metric
+from harness.report.tables import BETTER, MISSING, WORSE, Cell, MetricTable, TableSet
+from harness.results.collect import Collection
 
 FORMATS = ("md", "csv", "latex", "json")
 
@@ -31,6 +24,7 @@ def legend(table: MetricTable, settings: SignificanceSettings) -> list[str]:
             f"{BETTER} / {WORSE}: significantly better / worse than {table.labels[table.baseline]} "
             f"({settings.describe()} over the {table.n_comparisons} comparisons in this table)."
         )
+        lines.append(f"Pairing: {PAIRING_RULE}.")
     lines.append(
         f"Average: mean over the {len(table.average_over)} dataset(s) every model has"
         + (f" ({', '.join(table.average_over)})." if table.average_over else ".")
@@ -100,9 +94,10 @@ def render_csv(tableset: TableSet) -> str:
             "n_queries",
             "best",
             "baseline",
-            "diff_vs_baseline",
+            "paired_queries",
+            "difference",
             "p_value",
-            "p_adjusted",
+            "p_value_adjusted",
             "significant",
             "direction",
         ]
@@ -117,6 +112,7 @@ def render_csv(tableset: TableSet) -> str:
         for key, split, cells in rows:
             for slug in table.columns:
                 cell = cells[slug]
+                test = cell.comparison
                 writer.writerow(
                     [
                         table.metric,
@@ -127,9 +123,10 @@ def render_csv(tableset: TableSet) -> str:
                         "" if cell.n_queries is None else cell.n_queries,
                         str(cell.best).lower(),
                         baseline,
-                        number(cell.diff),
-                        number(cell.p_value),
-                        number(cell.p_adjusted),
+                        "" if test is None else test.n_queries,
+                        number(test and test.difference),
+                        number(test and test.p_value),
+                        number(test and test.p_value_adjusted),
                         str(bool(cell.mark)).lower(),
                         {BETTER: "better", WORSE: "worse"}.get(cell.mark, ""),
                     ]
@@ -208,13 +205,12 @@ def tables_to_json(tableset: TableSet) -> dict[str, Any]:
             "best": cell.best,
             "significant": bool(cell.mark),
             "direction": {BETTER: "better", WORSE: "worse"}.get(cell.mark),
-            "diff_vs_baseline": cell.diff,
-            "p_value": cell.p_value,
-            "p_adjusted": cell.p_adjusted,
+            "comparison": None if cell.comparison is None else cell.comparison.to_json(),
         }
 
     return {
-        "significance": vars(tableset.significance),
+        "significance": tableset.significance.to_json(),
+        "pairing_rule": PAIRING_RULE,
         "tables": [
             {
                 "metric": table.metric,

@@ -15,8 +15,10 @@ from typing import Any
 
 from harness import __version__
 from harness.core.fileio import atomic_write
+from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
+from harness.report.charts import render_charts
 from harness.report.formats import legend
-from harness.report.tables import BETTER, Cell, MetricTable, TableSet, pretty_metric
+from harness.report.tables import BETTER, Cell, MetricTable, TableSet
 from harness.results.store import StoredResult
 
 _STYLE = """
@@ -41,12 +43,20 @@ font-size: .8rem; }
 def _cell_html(cell: Cell, digits: int) -> str:
     text = "–" if cell.value is None else f"{cell.value:.{digits}f}"
     classes = ["num"] + (["best"] if cell.best else [])
-    mark = ""
-    if cell.mark:
+    mark, data = "", ""
+    test = cell.comparison
+    if test is not None:
+        # The engine's result, unrounded, so readers and tools see what the table saw.
+        payload = escape(json.dumps(test.to_json()))
+        data = f'<span class="comparison" hidden data-comparison="{payload}"></span>'
+    if cell.mark and test is not None:
         kind = "better" if cell.mark == BETTER else "worse"
-        title = f"p = {cell.p_value:.3g}, adjusted p = {cell.p_adjusted:.3g}"
+        title = (
+            f"difference {test.difference:+.4f} over {test.n_queries} paired queries, "
+            f"p = {test.p_value:.3g}, adjusted p = {test.p_value_adjusted:.3g}"
+        )
         mark = f' <span class="mark {kind}" title="{escape(title)}">{escape(cell.mark)}</span>'
-    return f'<td class="{" ".join(classes)}">{escape(text)}{mark}</td>'
+    return f'<td class="{" ".join(classes)}">{escape(text)}{mark}{data}</td>'
 
 
 def table_html(table: MetricTable, tableset: TableSet) -> str:
@@ -83,7 +93,7 @@ def provenance_html(result: StoredResult) -> str:
     environment = prov.get("environment", {}) or {}
     headline = ", ".join(
         f"{pretty_metric(name)} {result.metrics[name]:.4f}"
-        for name in ("ndcg@10", "recall@100")
+        for name in HEADLINE_METRICS
         if name in result.metrics
     )
     summary = f"{result.dataset} ({result.split}) · {result.model} · {headline}"
@@ -157,8 +167,6 @@ def write_report(
     tableset: TableSet, output: str | Path, *, title: str = "Retrieval benchmark report", results_dir: Path
 ) -> Path:
     """Render charts and page and write it atomically to ``output``."""
-    from harness.report.charts import render_charts
-
     page = build_report(tableset, render_charts(tableset), title=title, results_dir=results_dir)
     output = Path(output)
     with atomic_write(output) as handle:

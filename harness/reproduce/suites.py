@@ -42,9 +42,8 @@ from harness import pipeline
 from harness.core.config import Record, read_yaml, record_folder_files, validate
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write
-from harness.evaluation.metrics import parse_metrics
+from harness.evaluation.metrics import parse_metrics, pretty_metric
 from harness.pipeline import EvalOptions
-from harness.report.tables import pretty_metric
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.store import StoredResult
 from harness.retrieval.dense import parse_index_spec
