@@ -95,7 +95,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from harness.cli.eval_cmd import options_from_args
+    from harness.cli.common import options_from_args
     from harness.reproduce.suites import format_text, load_suite, run_suite, write_markdown
 
     suite = load_suite(args.suite, args.references)
@@ -157,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reproduce.add_argument(
         "--references", type=Path, help="published numbers (default: configs/references.yaml)"
     )
-    from harness.cli.eval_cmd import add_eval_arguments
+    from harness.cli.common import add_eval_arguments
 
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)

@@ -38,6 +38,7 @@ import numpy as np
 
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
+from harness.encoding.store import digest_of
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def onnxruntime_available() -> bool:
 def require_onnxruntime() -> None:
     if not onnxruntime_available():
         raise HarnessError(
-            "the onnx backend needs onnxruntime: pip install 'beir-harness[onnx]' (or use --backend torch)"
+            "the onnx runtime needs onnxruntime: pip install 'beir-harness[onnx]' (or use --runtime torch)"
         )
 
 
@@ -100,8 +101,6 @@ def export_key_inputs(model) -> dict[str, Any]:
 
 def export_folder(cache_dir: str | Path, model) -> tuple[Path, str, dict[str, Any]]:
     """``(folder, key, key inputs)`` of a model's export under ``<cache>/onnx/``."""
-    from harness.encoding.store import digest_of
-
     inputs = export_key_inputs(model)
     key = digest_of(inputs)
     return Path(cache_dir) / ONNX_DIR / f"{model.slug}__{key[:16]}", key, inputs
@@ -162,8 +161,8 @@ def transformer_module(st_model):
         or getattr(first, "module_output_name", "token_embeddings") != "token_embeddings"
     ):
         raise HarnessError(
-            f"the onnx backend supports models whose first module is a text transformer; "
-            f"this one starts with {type(first).__name__} (use --backend torch)"
+            f"the onnx runtime supports models whose first module is a text transformer; "
+            f"this one starts with {type(first).__name__} (use --runtime torch)"
         )
     return first
 
@@ -474,15 +473,14 @@ def run_exact_check(
 
 
 def save_exact_check(
-    cache_dir: str | Path, model, device: str, outcome: dict[str, Any], sample_size: int
+    cache_dir: str | Path, model, device: str, outcome: dict[str, Any], sample_size: int, threads: int
 ) -> dict[str, Any]:
-    import torch
-
+    """Record the check's outcome; ``threads`` is the torch thread count the timed runs used."""
     record = {
         "format": EXACT_CHECK_FORMAT,
         "model": model.record.name,
         "environment": check_environment(device),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         "sample_size": sample_size,
         **outcome,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
