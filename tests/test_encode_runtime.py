@@ -125,3 +125,53 @@ def test_encoding_is_split_by_concern() -> None:
         name for _, name in _imported_modules(ast.parse((PACKAGE / "encoding/pool.py").read_text()))
     }
     assert not any(name.startswith("harness.encoding.ray_pool") for name in pool_imports)  # one way only
+
+
+def test_describe_reports_the_thread_count_the_encoder_uses(tiny_st_dir: Path) -> None:
+    import torch
+
+    from harness.encoding.encoder import Encoder
+    from harness.models.registry import resolve_model
+
+    model = resolve_model(str(tiny_st_dir))
+    encoder = Encoder(model, device="cpu", runtime="torch", threads=2)
+    with torch_threads(1):  # what torch says now is not what the encoder computes with
+        assert encoder.describe()["threads"] == 2 and encoder.streams() == 2
+    before = torch.get_num_threads()
+    encoder.encode_queries(["dna", "gene and virus", "a study of protein levels"] * 3)
+    assert torch.get_num_threads() == before  # the streams' one-thread setting is given back
+    assert encoder.describe()["threads"] == 2
+
+
+def test_what_the_pipeline_passes_satisfies_the_protocols(tiny_st_dir: Path, tmp_path: Path) -> None:
+    from harness.core.protocols import CorpusSource, DocumentEncoder, EvalDataset, ShardExecutor
+    from harness.datasets.beir import load_dataset
+    from harness.encoding.plan import plan_encoding
+    from harness.encoding.pool import InProcess, LocalPool
+    from harness.encoding.workers import EncoderSpec, WorkerSlot
+    from harness.models.registry import resolve_model
+
+    folder = tmp_path / "set"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "dna"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "dna"}\n')
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    dataset = load_dataset(folder)
+    assert isinstance(dataset, CorpusSource) and isinstance(dataset, EvalDataset)
+    spec = EncoderSpec(resolve_model(str(tiny_st_dir)), 4, {"runtime": "torch"})
+    encoder = spec.build("cpu")
+    assert isinstance(encoder, DocumentEncoder)
+    plan = plan_encoding(spec, encoder, workers=1)
+    assert isinstance(plan.encode_shards, InProcess) and isinstance(plan.encode_shards, ShardExecutor)
+    assert plan.describe()["workers"] == 1
+    assert isinstance(LocalPool(spec, [WorkerSlot("cpu", 1)]), ShardExecutor)
+
+
+def test_a_task_owns_every_nth_shard() -> None:
+    from harness.core.errors import HarnessError
+    from harness.encoding.shards import slice_shards
+
+    assert slice_shards(10, 1, 4) == [1, 5, 9]
+    assert sorted(s for index in range(3) for s in slice_shards(7, index, 3)) == list(range(7))
+    with pytest.raises(HarnessError):
+        slice_shards(10, 4, 4)
