@@ -118,7 +118,7 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
 
 def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
     from harness.encoding.encoder import Encoder
-    from harness.encoding.pool import encoding_plan_for
+    from harness.encoding.plan import encoding_plan_for
     from harness.encoding.store import EmbeddingCache
     from harness.retrieval.dense import dense_search
 
@@ -293,7 +293,7 @@ class PairOutcome:
 def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
     """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
     from harness.datasets.registry import get_dataset_record
-    from harness.encoding.encoder import check_encoder_options
+    from harness.encoding.runtime import check_encoder_options
     from harness.evaluation.metrics import parse_metrics
     from harness.models.resolve import resolve_model
     from harness.retrieval.dense import parse_index_spec

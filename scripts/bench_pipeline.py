@@ -8,7 +8,7 @@ Lines printed (each measured in its own subprocess so peak memory is per line):
   ``exact`` runtime (export and once-per-model check included in its time);
 - ``harness-cached``: the same command again (embeddings cached; result recomputed with ``--force``);
 - ``bm25``: the BM25 baseline (index build + retrieval), when the bm25 extra is installed;
-- ``torch-fp32``, ``onnx-fp32``, ``torch-bf16``, ``onnx-int8``: ``harness eval --backend B
+- ``torch-fp32``, ``onnx-fp32``, ``torch-bf16``, ``onnx-int8``: ``harness eval --runtime B
   --precision P``, each with its own empty cache (bf16 reports an error line on CPUs without native
   bf16; the int8 line includes quantizing the export).
 
@@ -115,7 +115,7 @@ def measure_bm25(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
 
 
 def _runtime_line(runtime: str, precision: str):
-    """A first run with ``--backend runtime --precision precision`` in a cache of its own."""
+    """A first run with ``--runtime runtime --precision precision`` in a cache of its own."""
 
     def measure(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
         options = {"encoder_options": {"runtime": runtime, "precision": precision}}

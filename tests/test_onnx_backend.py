@@ -258,7 +258,7 @@ def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     dataset = _beir_folder(tmp_path)
     common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--no-progress"]
     common += ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
-    assert main([*common, "--backend", "onnx"]) == 0
+    assert main([*common, "--runtime", "onnx"]) == 0
     provenance_path = next((tmp_path / "results").rglob("provenance.json"))
     provenance = json.loads(provenance_path.read_text())
     assert provenance["config"]["encoder_options"] == {"runtime": "onnx"}
@@ -269,7 +269,7 @@ def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     assert summary[0].split() == ["dataset", "model", "backend", "nDCG@10", "Recall@100", "time", "(s)"]
     assert " onnx fp32 " in summary[-1]  # the result table says how the vectors were computed
 
-    assert main([*common, "--backend", "torch"]) == 0  # another backend: not the stored result
+    assert main([*common, "--runtime", "torch"]) == 0  # another backend: not the stored result
     provenance = json.loads(provenance_path.read_text())
     assert provenance["retrieval"]["encoder"]["label"] == "torch fp32"
     out = capsys.readouterr().out

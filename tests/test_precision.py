@@ -13,8 +13,9 @@ from tiny_bert import tiny_record
 from harness.cli import main
 from harness.core.errors import HarnessError, InputError
 from harness.datasets.beir import load_dataset
-from harness.encoding import encoder as encode
-from harness.encoding.encoder import Encoder, resolve_runtime, token_batches
+from harness.encoding import runtime as encode
+from harness.encoding.encoder import Encoder, token_batches
+from harness.encoding.runtime import resolve_runtime
 from harness.encoding.store import EmbeddingCache
 from harness.models.registry import ModelRecord, load_record
 from harness.models.resolve import resolve_record
@@ -67,11 +68,11 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(tiny, monkeypatch):
 @pytest.mark.parametrize(
     ("runtime", "precision", "needle"),
     [
-        ("onnx", "bf16", "--backend onnx runs fp32 or int8"),
-        ("exact", "bf16", "--backend exact means vectors equal to torch fp32"),
-        ("exact", "int8", "for int8 use --backend onnx --precision int8"),
-        ("torch", "int8", "--backend torch has no int8"),
-        ("fast", None, "unknown backend 'fast'"),
+        ("onnx", "bf16", "--runtime onnx runs fp32 or int8"),
+        ("exact", "bf16", "--runtime exact means vectors equal to torch fp32"),
+        ("exact", "int8", "for int8 use --runtime onnx --precision int8"),
+        ("torch", "int8", "--runtime torch has no int8"),
+        ("fast", None, "unknown runtime 'fast'"),
         (None, "int4", "unknown precision 'int4'"),
     ],
 )

@@ -27,8 +27,8 @@ from scale_fixtures import (
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.datasets.beir import load_dataset
-from harness.encoding.pool import EncoderSpec
 from harness.encoding.ray_pool import RayPool, import_ray
+from harness.encoding.workers import EncoderSpec
 from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
 from harness.results.store import load_result

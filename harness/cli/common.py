@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
@@ -80,8 +81,20 @@ def significance_settings(args: argparse.Namespace) -> SignificanceSettings:
     ).validate()
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old option spelling kept for one release: stores into the new option, with one note on stderr."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is deprecated, use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    """The pipeline's options; shared with commands that run evaluations (reproduce, compare)."""
+    """The pipeline's options; shared by every command that encodes or evaluates (eval, encode, reproduce)."""
     parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
     parser.add_argument("--top-k", type=positive_int, default=1000, help="documents retrieved per query")
     parser.add_argument("--batch-size", type=positive_int, default=128, help="encoding batch size")
@@ -129,18 +142,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="recompute even when an equal result exists")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.add_argument(
-        "--backend",
-        choices=RUNTIMES,
-        help="runtime of the forward pass: exact (default: the fastest whose vectors equal torch fp32, "
-        "checked once per model), torch, or onnx (ONNX Runtime, exported once into the cache)",
-    )
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs; int8 with the onnx "
-        "backend on CPUs (dynamic quantization). All but fp32 are approximate: vectors differ from fp32",
-    )
+    add_runtime_arguments(parser)
     scale = parser.add_argument_group(
         "scaling out", "how the corpus is encoded; every choice writes the same embeddings (see README)"
     )
@@ -159,8 +161,32 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     scale.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (env RAY_ADDRESS)")
 
 
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--runtime`` (``--backend`` until the next release) and ``--precision``: how vectors are computed."""
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        help="runtime of the forward pass: exact (default: the fastest whose vectors equal torch fp32, "
+        "checked once per model), torch, or onnx (ONNX Runtime, exported once into the cache)",
+    )
+    parser.add_argument(
+        "--backend",
+        dest="runtime",
+        choices=RUNTIMES,
+        action=DeprecatedAlias,
+        new="--runtime",
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs; int8 with the onnx "
+        "runtime on CPUs (dynamic quantization). All but fp32 are approximate: vectors differ from fp32",
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> EvalOptions:
-    """The pipeline's options from the arguments :func:`add_eval_arguments` added."""
+    """The ``EvalOptions`` that ``add_eval_arguments``'s options describe."""
     return EvalOptions(
         split=args.split,
         top_k=args.top_k,
@@ -189,7 +215,7 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
         # Only what was asked for, so runs without these flags keep their earlier result config.
         encoder_options={
             key: value
-            for key, value in (("runtime", args.backend), ("precision", args.precision))
+            for key, value in (("runtime", args.runtime), ("precision", args.precision))
             if value is not None
         },
     )

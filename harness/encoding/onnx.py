@@ -63,7 +63,7 @@ def onnxruntime_available() -> bool:
 def require_onnxruntime() -> None:
     if not onnxruntime_available():
         raise HarnessError(
-            "the onnx backend needs onnxruntime: pip install 'beir-harness[onnx]' (or use --backend torch)"
+            "the onnx runtime needs onnxruntime: pip install 'beir-harness[onnx]' (or use --runtime torch)"
         )
 
 
@@ -150,8 +150,8 @@ def transformer_module(st_model):
         or getattr(first, "module_output_name", "token_embeddings") != "token_embeddings"
     ):
         raise HarnessError(
-            f"the onnx backend supports models whose first module is a text transformer; "
-            f"this one starts with {type(first).__name__} (use --backend torch)"
+            f"the onnx runtime supports models whose first module is a text transformer; "
+            f"this one starts with {type(first).__name__} (use --runtime torch)"
         )
     return first
 
@@ -462,15 +462,14 @@ def run_exact_check(
 
 
 def save_exact_check(
-    cache_dir: str | Path, model, device: str, outcome: dict[str, Any], sample_size: int
+    cache_dir: str | Path, model, device: str, outcome: dict[str, Any], sample_size: int, threads: int
 ) -> dict[str, Any]:
-    import torch
-
+    """Record the check's outcome; ``threads`` is the torch thread count the timed runs used."""
     record = {
         "format": EXACT_CHECK_FORMAT,
         "model": model.record.name,
         "environment": check_environment(device),
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         "sample_size": sample_size,
         **outcome,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

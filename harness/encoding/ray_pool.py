@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.encoding.pool import CORES_PER_CPU_WORKER, EncoderSpec, available_cpus, worker_dataset
+from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
+from harness.encoding.pool import CORES_PER_CPU_WORKER, available_cpus, worker_dataset
+from harness.encoding.runtime import current_torch_threads, tokenizer_threads, torch_threads
 from harness.encoding.store import encode_corpus_shards
+from harness.encoding.workers import EncoderSpec
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +81,9 @@ class ShardEncoderActor:
     def __init__(self, spec: EncoderSpec, dataset, directory: str, shard_size: int, settings, threads):
         import torch
 
-        if threads:
-            torch.set_num_threads(int(threads))
+        self.threads = int(threads) if threads else current_torch_threads()
         device = "cuda" if torch.cuda.is_available() else "cpu"  # Ray pins each actor to its own GPU
-        self.encoder = spec.build(device)
+        self.encoder = spec.build(device, threads=self.threads)
         if self.encoder.settings() != settings:
             raise HarnessError(
                 f"a Ray actor on {device} would encode with different settings than the driver; "
@@ -95,7 +97,10 @@ class ShardEncoderActor:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         shards = [int(index) for index in batch["shard"]]
         try:
-            metas = encode_corpus_shards(self.dataset, self.encoder, self.directory, shards, self.shard_size)
+            with torch_threads(self.threads), tokenizer_threads(self.threads):
+                metas = encode_corpus_shards(
+                    self.dataset, self.encoder, self.directory, shards, self.shard_size
+                )
         except HarnessError as error:
             raise HarnessError(str(error)) from None  # subclasses cannot be rebuilt from their message
         return {name: [meta[name] for meta in metas] for name in _RESULT_FIELDS}
@@ -129,13 +134,13 @@ class RayPool:
 
     def __call__(
         self,
-        dataset,
-        encoder,
+        dataset: CorpusSource,
+        encoder: DocumentEncoder,
         directory: Path,
         shard_indices: Iterable[int],
         shard_size: int,
         *,
-        progress=None,
+        progress: Progress | None = None,
         on_shard: Callable[[dict[str, Any]], None] | None = None,
     ) -> list[dict[str, Any]]:
         shards = sorted(set(shard_indices))

@@ -32,6 +32,7 @@ import numpy as np
 from harness.core.cache import MANIFEST, CacheLayout, digest_of, finished_shards, shard_paths
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write, atomic_write_json, read_json_object
+from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,13 @@ def write_shard(
 
 
 def encode_corpus_shards(
-    dataset,
-    encoder,
+    dataset: CorpusSource,
+    encoder: DocumentEncoder,
     directory: Path,
     shard_indices: Iterable[int],
     shard_size: int,
     *,
-    progress=None,
+    progress: Progress | None = None,
     on_shard: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Encode the given shards of ``dataset``'s corpus into ``directory``; the unit of work for any worker.
@@ -103,10 +104,10 @@ def encode_corpus_shards(
     return written
 
 
-def _shard_documents(dataset, wanted: list[int], shard_size: int) -> Iterator[tuple[int, list]]:
+def _shard_documents(dataset: CorpusSource, wanted: list[int], shard_size: int) -> Iterator[tuple[int, list]]:
     """``(index, documents)`` of each wanted shard (sorted), seeking when shards are skipped."""
     starts = None
-    if wanted != list(range(len(wanted))) and hasattr(dataset, "shard_starts"):
+    if wanted != list(range(len(wanted))):
         starts = dataset.shard_starts(shard_size)  # None for gzip: stream instead
     if starts is not None:
         for index in wanted:

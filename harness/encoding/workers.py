@@ -1,0 +1,107 @@
+"""What one encoding worker process holds: its slot, the shipped dataset, and its encoder.
+
+A ``ProcessPoolExecutor`` runs plain functions in its worker processes, so the state a worker keeps
+between shards (the loaded model, above all) lives in one ``ShardWorker`` per process, created by
+the pool initializer (``start_worker``) and used by ``encode_in_worker``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.core.protocols import CorpusSource
+from harness.encoding.encoder import Encoder
+from harness.encoding.runtime import tokenizer_threads, torch_threads
+from harness.encoding.store import encode_corpus_shards
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One worker: the device it encodes on and the torch threads it may use."""
+
+    device: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """How to build this run's encoder in another process: the resolved model and ``Encoder`` arguments."""
+
+    model: Any  # harness.models.registry.ResolvedModel
+    batch_size: int
+    options: dict[str, Any] = field(default_factory=dict)
+    cache_dir: str | None = None  # where the encoder keeps its exported models and runtime checks
+
+    def build(self, device: str | None, threads: int | None = None) -> Encoder:
+        return Encoder(
+            self.model,
+            device=device,
+            batch_size=self.batch_size,
+            cache_dir=self.cache_dir,
+            threads=threads,
+            **self.options,
+        )
+
+
+class ShardWorker:
+    """One worker process's state: encodes the shards it is handed with one encoder, loaded once."""
+
+    def __init__(
+        self,
+        spec: EncoderSpec,
+        dataset: CorpusSource,
+        directory: Path,
+        shard_size: int,
+        settings: dict[str, Any],
+        slot: WorkerSlot,
+    ):
+        self.spec = spec
+        self.dataset = dataset
+        self.directory = Path(directory)
+        self.shard_size = shard_size
+        self.settings = settings
+        self.slot = slot
+        self._encoder: Encoder | None = None
+
+    def encoder(self) -> Encoder:
+        """The worker's encoder, built and loaded on first use, refusing settings unlike the run's."""
+        if self._encoder is None:
+            encoder = self.spec.build(self.slot.device, threads=self.slot.threads)
+            if encoder.settings() != self.settings:
+                raise HarnessError(
+                    f"worker on {self.slot.device} would encode with different settings; not mixing them"
+                )
+            encoder.load()
+            self._encoder = encoder
+        return self._encoder
+
+    def encode(self, shard_indices: list[int]) -> list[dict[str, Any]]:
+        """Encode these shards into the entry folder, within this worker's share of the cores."""
+        try:
+            with torch_threads(self.slot.threads), tokenizer_threads(self.slot.threads):
+                return encode_corpus_shards(
+                    self.dataset, self.encoder(), self.directory, shard_indices, self.shard_size
+                )
+        except HarnessError as error:
+            # Subclasses such as InputError cannot be rebuilt from their message in the parent.
+            raise HarnessError(str(error)) from None
+
+
+# The one worker of this process (None in the parent): set by ``start_worker``, the pool's initializer.
+_this_process_worker: ShardWorker | None = None
+
+
+def start_worker(spec, dataset, directory, shard_size, settings, slots) -> None:
+    """Pool initializer: take a slot from the shared queue and make this process's ``ShardWorker``."""
+    global _this_process_worker
+    _this_process_worker = ShardWorker(spec, dataset, directory, shard_size, settings, slots.get())
+
+
+def encode_in_worker(shard_indices: list[int]) -> list[dict[str, Any]]:
+    """The task a pool runs: this process's worker encodes ``shard_indices``."""
+    if _this_process_worker is None:
+        raise RuntimeError("encode_in_worker runs only in a process started with start_worker")
+    return _this_process_worker.encode(shard_indices)
