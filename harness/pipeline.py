@@ -20,15 +20,32 @@ from typing import Any
 from harness import __version__
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
-from harness.evaluation.metrics import PIPELINE_METRICS
+from harness.core.protocols import EvalDataset
+from harness.datasets.prepare import DataSettings, open_dataset
+from harness.datasets.registry import get_dataset_record
+from harness.encoding.encoder import Encoder
+from harness.encoding.plan import EncodingSettings, encoding_plan_for
+from harness.encoding.runtime import check_encoder_options
+from harness.encoding.store import EmbeddingCache
+from harness.evaluation.metrics import PIPELINE_METRICS, EvaluationSettings
+from harness.evaluation.trec import Run, write_run
+from harness.models.resolve import ResolvedModel, resolve_model
 from harness.provenance import StageTimer, environment_info
 from harness.results.store import StoredResult, load_result, result_dir, write_result
+from harness.retrieval import bm25
+from harness.retrieval.dense import IndexSpec, dense_search, parse_index_spec
+from harness.retrieval.settings import RetrievalSettings
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class EvalOptions:
-    """Everything ``harness eval`` can be told; ``None`` means the registry's or the harness's default."""
+    """Everything ``harness eval`` can be told; ``None`` means the registry's or the harness's default.
+
+    The flat form the CLI and suites fill in; each stage is handed only its own part
+    (``data_settings``, ``encoding_settings``, ``retrieval_settings``, ``evaluation_settings``).
+    """
 
     split: str | None = None
     top_k: int = 1000
@@ -51,7 +68,7 @@ class EvalOptions:
     force: bool = False
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)
-    # How the corpus is encoded (harness.encoding.pool); recorded in provenance but never part of the
+    # How the corpus is encoded (harness.encoding.plan); recorded in provenance but never part of the
     # result-reuse config or the cache key: every plan writes the same vectors.
     workers: int | None = None
     devices: list[str] | None = None
@@ -59,25 +76,58 @@ class EvalOptions:
     ray_address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.top_k <= 0:
-            raise HarnessError(f"--top-k must be a positive number of documents, got {self.top_k}")
-        if self.batch_size <= 0:
-            raise HarnessError(f"--batch-size must be positive, got {self.batch_size}")
         self.results_dir = Path(self.results_dir)
         self.data_dir = Path(self.data_dir)
         self.cache_dir = Path(self.cache_dir)
+        self.retrieval_settings()  # bad values fail here, before any work
+        self.encoding_settings()
+
+    def data_settings(self) -> DataSettings:
+        return DataSettings(self.data_dir, self.mirror, self.split, self.strict, self.qrels_duplicates)
+
+    def encoding_settings(self) -> EncodingSettings:
+        return EncodingSettings(
+            batch_size=self.batch_size,
+            device=self.device,
+            cache_dir=self.cache_dir,
+            shard_size=self.shard_size,
+            progress=self.progress,
+            encoder_options=dict(self.encoder_options),
+            workers=self.workers,
+            devices=self.devices,
+            executor=self.executor,
+            ray_address=self.ray_address,
+        )
+
+    def retrieval_settings(self) -> RetrievalSettings:
+        return RetrievalSettings(self.top_k, self.index, self.drop_identical_ids)
+
+    def evaluation_settings(self) -> EvaluationSettings:
+        ks = tuple(self.ks) if self.ks is not None else None
+        return EvaluationSettings(tuple(self.metrics), ks, self.relevance_level, self.complete)
+
+
+@dataclass
+class RunOutput:
+    """What a retriever hands back: the run, and the details provenance records about how it was made."""
+
+    run: Run
+    device: str
+    label: str
+    details: dict[str, Any]
 
 
 def _resolved_config(
-    dataset, model, options: EvalOptions, drop_identical: bool, index_spec
+    dataset: EvalDataset,
+    model: ResolvedModel,
+    retrieval: RetrievalSettings,
+    evaluation: EvaluationSettings,
+    encoder_options: dict[str, Any],
 ) -> dict[str, Any]:
     """The settings that determine the numbers; equal configs mean a result can be reused."""
-    libraries = {}
-    if model.record.is_lexical:
-        from harness.retrieval.bm25 import library_versions
-
-        # A new stemmer release changes BM25 scores, so it must not reuse an old result.
-        libraries = library_versions()
+    index_spec = None if model.record.is_lexical else parse_index_spec(retrieval.index)
+    # A new stemmer release changes BM25 scores, so it must not reuse an old result.
+    libraries = bm25.library_versions() if model.record.is_lexical else {}
     return {
         "dataset": {
             "name": dataset.name,
@@ -92,17 +142,12 @@ def _resolved_config(
             "libraries": libraries,
         },
         "retrieval": {
-            "top_k": options.top_k,
+            "top_k": retrieval.top_k,
             "index": index_spec.describe() if index_spec is not None else None,
-            "drop_identical_ids": drop_identical,
+            "drop_identical_ids": retrieval.drops_identical_ids(dataset.drop_identical_ids),
         },
-        "evaluation": {
-            "metrics": options.metrics,
-            "ks": options.ks,
-            "relevance_level": options.relevance_level,
-            "complete": options.complete,
-        },
-        "encoder_options": options.encoder_options,
+        "evaluation": evaluation.describe(),
+        "encoder_options": encoder_options,
     }
 
 
@@ -116,131 +161,90 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
     return stored if stored.provenance.get("config") == config else None
 
 
-def _dense_run(dataset, model, options: EvalOptions, index_spec, drop_identical: bool, timer: StageTimer):
-    from harness.encoding.encoder import Encoder
-    from harness.encoding.plan import encoding_plan_for
-    from harness.encoding.store import EmbeddingCache
-    from harness.retrieval.dense import dense_search
-
+def dense_run(
+    dataset: EvalDataset,
+    model: ResolvedModel,
+    encoding: EncodingSettings,
+    retrieval: RetrievalSettings,
+    timer: StageTimer,
+) -> RunOutput:
+    """Encode (or find cached) corpus and queries, then search: FAISS exact or the ``retrieval.index``."""
     with timer.stage("load_model"):
         encoder = Encoder(
             model,
-            device=options.device,
-            batch_size=options.batch_size,
-            cache_dir=options.cache_dir,
-            **options.encoder_options,
+            device=encoding.device,
+            batch_size=encoding.batch_size,
+            cache_dir=encoding.cache_dir,
+            **encoding.encoder_options,
         )
-        plan = encoding_plan_for(model, encoder, options)
-    cache = EmbeddingCache(options.cache_dir)
+        plan = encoding_plan_for(model, encoder, encoding)
+    cache = EmbeddingCache(encoding.cache_dir)
     with timer.stage("encode_corpus"):
         corpus = cache.corpus(
             dataset,
             encoder,
-            shard_size=options.shard_size,
-            progress=options.progress,
+            shard_size=encoding.shard_size,
+            progress=encoding.progress,
             encode_shards=plan.encode_shards,
         )
     with timer.stage("encode_queries"):
         query_ids, query_vectors = cache.queries(dataset, encoder)
+    index_spec: IndexSpec = parse_index_spec(retrieval.index)
     with timer.stage("search"):
         run = dense_search(
             query_vectors,
             query_ids,
             corpus,
-            options.top_k,
+            retrieval.top_k,
             index_spec,
             normalize=model.record.similarity == "cosine",
-            drop_identical_ids=drop_identical,
+            drop_identical_ids=retrieval.drops_identical_ids(dataset.drop_identical_ids),
         )
     description = encoder.describe()
     details = {
-        "device": encoder.device,
-        "label": description["label"],
         "encoder_settings": encoder.settings(),
         "encoder": description,
         "embedding_cache": {"corpus_key": corpus.key, "directory": str(corpus.directory), "dim": corpus.dim},
         "encoding": plan.describe(),
     }
-    return run, details
+    return RunOutput(run, encoder.device, description["label"], details)
 
 
-def _bm25_run(dataset, model, options: EvalOptions, drop_identical: bool, timer: StageTimer):
-    from harness.retrieval.bm25 import BM25Retriever
-
-    retriever = BM25Retriever(model.record, cache_dir=options.cache_dir, progress=options.progress)
+def bm25_run(
+    dataset: EvalDataset,
+    model: ResolvedModel,
+    encoding: EncodingSettings,
+    retrieval: RetrievalSettings,
+    timer: StageTimer,
+) -> RunOutput:
+    """Index (or find the cached index of) the corpus with BM25 and rank every query."""
+    retriever = bm25.BM25Retriever(model.record, cache_dir=encoding.cache_dir, progress=encoding.progress)
+    drop_identical = retrieval.drops_identical_ids(dataset.drop_identical_ids)
     with timer.stage("retrieve"):
-        run = retriever.retrieve(dataset, options.top_k, drop_identical_ids=drop_identical)
+        run = retriever.retrieve(dataset, retrieval.top_k, drop_identical_ids=drop_identical)
     for stage, seconds in retriever.timings.items():
         timer.add(f"bm25_{stage}", seconds)
     settings = retriever.settings()
-    return run, {"device": "cpu", "label": str(settings.get("library") or "bm25"), "bm25_settings": settings}
+    return RunOutput(run, "cpu", str(settings.get("library") or "bm25"), {"bm25_settings": settings})
 
 
-def load_inputs(dataset_spec: str, model_spec: str, options: EvalOptions):
-    """Resolve (and if needed download) the dataset and the model record; fails fast on bad names."""
-    from harness.datasets.beir import load_dataset
-    from harness.datasets.prepare import prepare_dataset
-    from harness.models.resolve import resolve_model
-
-    model = resolve_model(model_spec, trust_remote_code=options.trust_remote_code)
-    folder = prepare_dataset(dataset_spec, data_dir=options.data_dir, mirror=options.mirror)
-    name = dataset_spec if not Path(dataset_spec).exists() else None
-    dataset = load_dataset(
-        folder, options.split, strict=options.strict, name=name, qrels_duplicates=options.qrels_duplicates
-    )
-    return dataset, model
+def load_inputs(
+    dataset_spec: str, model_spec: str, data: DataSettings, *, trust_remote_code: bool = False
+) -> tuple[EvalDataset, ResolvedModel]:
+    """Resolve the model record and (downloading it if needed) the dataset; fails fast on bad names."""
+    model = resolve_model(model_spec, trust_remote_code=trust_remote_code)
+    return open_dataset(dataset_spec, data), model
 
 
-def run_eval(
-    dataset_spec: str,
+def _provenance(
+    dataset: EvalDataset,
+    model: ResolvedModel,
     model_spec: str,
-    options: EvalOptions | None = None,
-) -> StoredResult:
-    """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
-    from harness.evaluation.metrics import evaluate, parse_metrics
-    from harness.evaluation.trec import write_run
-    from harness.retrieval.dense import parse_index_spec
-
-    options = options or EvalOptions()
-    timer = StageTimer()
-    started = time.perf_counter()
-    with timer.stage("load_data"):
-        dataset, model = load_inputs(dataset_spec, model_spec, options)
-    metric_names = parse_metrics(options.metrics, options.ks)
-    drop_identical = (
-        dataset.drop_identical_ids if options.drop_identical_ids is None else options.drop_identical_ids
-    )
-    is_bm25 = model.record.is_lexical
-    index_spec = None if is_bm25 else parse_index_spec(options.index)
-    config = _resolved_config(dataset, model, options, drop_identical, index_spec)
-    target = result_dir(options.results_dir, dataset.name, model.slug)
-    if not options.force and (stored := _reusable(target, config)) is not None:
-        log.info("reusing %s (same data, model and settings)", target)
-        stored.reused = True
-        return stored
-
-    if is_bm25:
-        run, details = _bm25_run(dataset, model, options, drop_identical, timer)
-    else:
-        run, details = _dense_run(dataset, model, options, index_spec, drop_identical, timer)
-    with timer.stage("evaluate"):
-        evaluation = evaluate(
-            dataset.qrels,
-            run,
-            metric_names,
-            relevance_level=options.relevance_level,
-            complete=options.complete,
-        )
-    timer.seconds["total"] = round(time.perf_counter() - started, 4)
-
-    metrics_payload = {
-        "dataset": dataset.name,
-        "split": dataset.split,
-        "model": model.record.name,
-        "model_slug": model.slug,
-        **evaluation.to_json(per_query=True),
-    }
-    provenance = {
+    options: EvalOptions,
+    config: dict,
+    output: RunOutput,
+) -> dict[str, Any]:
+    return {
         "harness_version": __version__,
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": sys.argv,
@@ -267,17 +271,59 @@ def run_eval(
             "settings": model.record.vector_settings(),
             "assumed": model.assumed,
         },
-        "retrieval": details,
-        "environment": environment_info(details.get("device")),
-        "timings": timer.seconds,
+        "retrieval": {"device": output.device, "label": output.label, **output.details},
+        "environment": environment_info(output.device),
     }
+
+
+def run_eval(
+    dataset_spec: str,
+    model_spec: str,
+    options: EvalOptions | None = None,
+) -> StoredResult:
+    """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
+    options = options or EvalOptions()
+    encoding, retrieval, evaluation = (
+        options.encoding_settings(),
+        options.retrieval_settings(),
+        options.evaluation_settings(),
+    )
+    timer = StageTimer()
+    started = time.perf_counter()
+    with timer.stage("load_data"):
+        dataset, model = load_inputs(
+            dataset_spec, model_spec, options.data_settings(), trust_remote_code=options.trust_remote_code
+        )
+    evaluation.metric_names()  # an unknown metric fails before any encoding
+    config = _resolved_config(dataset, model, retrieval, evaluation, encoding.encoder_options)
+    target = result_dir(options.results_dir, dataset.name, model.slug)
+    if not options.force and (stored := _reusable(target, config)) is not None:
+        log.info("reusing %s (same data, model and settings)", target)
+        stored.reused = True
+        return stored
+
+    retrieve = bm25_run if model.record.is_lexical else dense_run
+    output = retrieve(dataset, model, encoding, retrieval, timer)
+    with timer.stage("evaluate"):
+        scores = evaluation.evaluate(dataset.qrels, output.run)
+    timer.seconds["total"] = round(time.perf_counter() - started, 4)
+
+    metrics_payload = {
+        "dataset": dataset.name,
+        "split": dataset.split,
+        "model": model.record.name,
+        "model_slug": model.slug,
+        **scores.to_json(per_query=True),
+    }
+    provenance = _provenance(dataset, model, model_spec, options, config, output)
+    provenance["timings"] = timer.seconds
     tag = f"harness-{model.slug}"[:60]
     with timer.stage("write"):
         write_result(
             target,
             metrics_payload=metrics_payload,
             provenance=provenance,
-            write_run_file=lambda path: write_run(path, run, tag, top_k=options.top_k),
+            write_run_file=lambda path: write_run(path, output.run, tag, top_k=retrieval.top_k),
         )
     return load_result(target)
 
@@ -292,19 +338,13 @@ class PairOutcome:
 
 def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
     """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
-    from harness.datasets.registry import get_dataset_record
-    from harness.encoding.runtime import check_encoder_options
-    from harness.evaluation.metrics import parse_metrics
-    from harness.models.resolve import resolve_model
-    from harness.retrieval.dense import parse_index_spec
-
     for dataset in datasets:
         if not Path(dataset).is_dir():
             get_dataset_record(dataset)
     for model in models:
         resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
         check_encoder_options(resolved, options.device, options.encoder_options)
-    parse_metrics(options.metrics, options.ks)
+    options.evaluation_settings().metric_names()
     parse_index_spec(options.index)
 
 

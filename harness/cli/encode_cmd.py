@@ -26,8 +26,10 @@ def parse_shard_slice(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    dataset, model = load_inputs(args.dataset, args.model, options)
-    job = CorpusEncoding.create(dataset, model, options)
+    dataset, model = load_inputs(
+        args.dataset, args.model, options.data_settings(), trust_remote_code=options.trust_remote_code
+    )
+    job = CorpusEncoding.create(dataset, model, options.encoding_settings())
     if args.merge:
         corpus = job.merge()
         print(

@@ -95,17 +95,3 @@ class ShardExecutor(Protocol):
         """How the shards are encoded, for provenance (never part of a cache key)."""
         ...
 
-
-class EncodingOptions(Protocol):
-    """The options that decide how a corpus is encoded (``harness.pipeline.EvalOptions`` has them all)."""
-
-    batch_size: int
-    device: str | None
-    cache_dir: Path
-    shard_size: int
-    progress: bool
-    encoder_options: dict[str, Any]
-    workers: int | None
-    devices: list[str] | None
-    executor: str
-    ray_address: str | None

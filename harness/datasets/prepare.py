@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
+from harness.datasets.beir import BeirDataset, load_dataset
 from harness.datasets.download import install_dataset
+from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.datasets.registry import dataset_registry, unknown_name_hint
 
 MIRROR_ENV = "HARNESS_BEIR_MIRROR"
@@ -37,4 +40,28 @@ def prepare_dataset(name_or_path: str, data_dir: Path | None = None, mirror: str
     raise HarnessError(
         f"{name_or_path!r} is neither a known dataset nor a folder; "
         f"{unknown_name_hint(name_or_path, sorted(registry))}"
+    )
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What the data stage needs: where datasets live and come from, and how strictly they are read."""
+
+    data_dir: Path = field(default_factory=default_data_dir)
+    mirror: str | None = None  # None: env HARNESS_BEIR_MIRROR, then the official server
+    split: str | None = None  # None: the registry's eval_split, else test
+    strict: bool = False  # qrels naming missing queries or documents are an error, not a count
+    qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
+
+
+def open_dataset(name_or_path: str, settings: DataSettings) -> BeirDataset:
+    """A registry name (downloaded and verified once) or a BEIR folder, loaded for evaluation."""
+    folder = prepare_dataset(name_or_path, data_dir=settings.data_dir, mirror=settings.mirror)
+    name = name_or_path if not Path(name_or_path).exists() else None
+    return load_dataset(
+        folder,
+        settings.split,
+        strict=settings.strict,
+        name=name,
+        qrels_duplicates=settings.qrels_duplicates,
     )

@@ -7,17 +7,44 @@ Every plan writes the same shards (and so the same cache entry); the plan is rec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.core.protocols import EncodingOptions, ShardExecutor
+from harness.core.paths import default_cache_dir
+from harness.core.protocols import ShardExecutor
 from harness.encoding.encoder import Encoder
 from harness.encoding.pool import InProcess, LocalPool, plan_workers
 from harness.encoding.ray_pool import RayPool
 from harness.encoding.workers import EncoderSpec
 
 EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class EncodingSettings:
+    """What the encoding stage needs: how to build the encoder, where to cache, and how to spread the work.
+
+    ``workers``, ``devices``, ``executor`` and ``ray_address`` choose the plan only: every plan writes
+    the same vectors, so they are recorded in provenance but never part of a cache key.
+    """
+
+    batch_size: int = 128
+    device: str | None = None
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    shard_size: int = 50_000
+    progress: bool = True
+    encoder_options: dict[str, Any] = field(default_factory=dict)  # runtime, precision
+    workers: int | None = None
+    devices: list[str] | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size <= 0:
+            raise HarnessError(f"--batch-size must be positive, got {self.batch_size}")
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
 
 @dataclass
@@ -56,12 +83,12 @@ def plan_encoding(
     return EncodingPlan(InProcess(details, spec.build(slots[0].device)))
 
 
-def encoder_spec_for(model, options: EncodingOptions) -> EncoderSpec:
+def encoder_spec_for(model, options: EncodingSettings) -> EncoderSpec:
     """The encoder ``options`` describe, buildable in any process (``harness eval`` and ``encode`` agree)."""
     return EncoderSpec(model, options.batch_size, dict(options.encoder_options), str(options.cache_dir))
 
 
-def encoding_plan_for(model, encoder: Encoder, options: EncodingOptions) -> EncodingPlan:
+def encoding_plan_for(model, encoder: Encoder, options: EncodingSettings) -> EncodingPlan:
     """The plan ``options`` ask for (``workers``, ``devices``, ``executor``, ``ray_address``)."""
     return plan_encoding(
         encoder_spec_for(model, options),

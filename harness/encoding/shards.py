@@ -15,9 +15,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from harness.core.errors import HarnessError
-from harness.core.protocols import EncodingOptions, EvalDataset
+from harness.core.protocols import EvalDataset
 from harness.encoding.encoder import Encoder
-from harness.encoding.plan import encoder_spec_for, encoding_plan_for
+from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.store import EmbeddingCache, ShardedEmbeddings, finished_shards
 
 
@@ -44,12 +44,12 @@ class CorpusEncoding:
 
     dataset: EvalDataset
     model: object  # harness.models.registry.ResolvedModel
-    options: EncodingOptions
+    options: EncodingSettings
     encoder: Encoder
     cache: EmbeddingCache
 
     @classmethod
-    def create(cls, dataset: EvalDataset, model, options: EncodingOptions) -> CorpusEncoding:
+    def create(cls, dataset: EvalDataset, model, options: EncodingSettings) -> CorpusEncoding:
         """Build the encoder exactly as ``harness eval`` does, so the cache key matches."""
         if model.record.is_lexical:
             raise HarnessError(f"model {model.record.name} is lexical (BM25); it has no embeddings to encode")

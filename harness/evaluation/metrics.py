@@ -253,6 +253,33 @@ def _pytrec_eval(qrels: Qrels, run: Run, specs: list[MetricSpec], relevance_leve
         return evaluator.evaluate(converted)
 
 
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """What the evaluation stage needs: which metrics, the relevance threshold, and the averaging."""
+
+    metrics: tuple[str, ...] = PIPELINE_METRICS
+    ks: tuple[int, ...] | None = None  # cut-offs for bare family names in ``metrics``
+    relevance_level: int = 1
+    complete: bool = False  # average over every judged query (trec_eval -c), not only answered ones
+
+    def metric_names(self) -> list[str]:
+        """The canonical metric names, checked (an unknown metric is one error line)."""
+        return parse_metrics(self.metrics, self.ks)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "metrics": list(self.metrics),
+            "ks": list(self.ks) if self.ks is not None else None,
+            "relevance_level": self.relevance_level,
+            "complete": self.complete,
+        }
+
+    def evaluate(self, qrels: Qrels, run: Run) -> Evaluation:
+        return evaluate(
+            qrels, run, self.metric_names(), relevance_level=self.relevance_level, complete=self.complete
+        )
+
+
 def evaluate(
     qrels: Qrels | str | os.PathLike,
     run: Run | str | os.PathLike,
