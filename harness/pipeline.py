@@ -9,13 +9,14 @@ that change a vector, so a new top-k or index re-searches without re-encoding.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness import __version__
 from harness.core.errors import HarnessError
@@ -37,6 +38,10 @@ from harness.retrieval.dense import IndexSpec, dense_search, parse_index_spec
 from harness.retrieval.settings import RetrievalSettings
 
 log = logging.getLogger(__name__)
+
+StageSettings = TypeVar(
+    "StageSettings", DataSettings, EncodingSettings, RetrievalSettings, EvaluationSettings
+)
 
 
 @dataclass
@@ -83,28 +88,36 @@ class EvalOptions:
         self.encoding_settings()
 
     def data_settings(self) -> DataSettings:
-        return DataSettings(self.data_dir, self.mirror, self.split, self.strict, self.qrels_duplicates)
+        return self._part(DataSettings)
 
     def encoding_settings(self) -> EncodingSettings:
-        return EncodingSettings(
-            batch_size=self.batch_size,
-            device=self.device,
-            cache_dir=self.cache_dir,
-            shard_size=self.shard_size,
-            progress=self.progress,
-            encoder_options=dict(self.encoder_options),
-            workers=self.workers,
-            devices=self.devices,
-            executor=self.executor,
-            ray_address=self.ray_address,
-        )
+        return self._part(EncodingSettings)
 
     def retrieval_settings(self) -> RetrievalSettings:
-        return RetrievalSettings(self.top_k, self.index, self.drop_identical_ids)
+        return self._part(RetrievalSettings)
 
     def evaluation_settings(self) -> EvaluationSettings:
-        ks = tuple(self.ks) if self.ks is not None else None
-        return EvaluationSettings(tuple(self.metrics), ks, self.relevance_level, self.complete)
+        return self._part(EvaluationSettings)
+
+    def _part(self, settings_type: type[StageSettings]) -> StageSettings:
+        """One stage's settings: its fields, copied from the options of the same name."""
+        return settings_type(
+            **{part.name: copy.copy(getattr(self, part.name)) for part in fields(settings_type)}
+        )
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a retriever is asked to rank: one dataset with one model, under the run's settings."""
+
+    dataset: EvalDataset
+    model: ResolvedModel
+    encoding: EncodingSettings
+    retrieval: RetrievalSettings
+
+    @property
+    def drop_identical_ids(self) -> bool:
+        return self.retrieval.drops_identical_ids(self.dataset.drop_identical_ids)
 
 
 @dataclass
@@ -161,14 +174,9 @@ def _reusable(directory: Path, config: dict[str, Any]) -> StoredResult | None:
     return stored if stored.provenance.get("config") == config else None
 
 
-def dense_run(
-    dataset: EvalDataset,
-    model: ResolvedModel,
-    encoding: EncodingSettings,
-    retrieval: RetrievalSettings,
-    timer: StageTimer,
-) -> RunOutput:
+def dense_run(request: RunRequest, timer: StageTimer) -> RunOutput:
     """Encode (or find cached) corpus and queries, then search: FAISS exact or the ``retrieval.index``."""
+    dataset, model, encoding, retrieval = request.dataset, request.model, request.encoding, request.retrieval
     with timer.stage("load_model"):
         encoder = Encoder(
             model,
@@ -198,7 +206,7 @@ def dense_run(
             retrieval.top_k,
             index_spec,
             normalize=model.record.similarity == "cosine",
-            drop_identical_ids=retrieval.drops_identical_ids(dataset.drop_identical_ids),
+            drop_identical_ids=request.drop_identical_ids,
         )
     description = encoder.describe()
     details = {
@@ -210,18 +218,16 @@ def dense_run(
     return RunOutput(run, encoder.device, description["label"], details)
 
 
-def bm25_run(
-    dataset: EvalDataset,
-    model: ResolvedModel,
-    encoding: EncodingSettings,
-    retrieval: RetrievalSettings,
-    timer: StageTimer,
-) -> RunOutput:
+def bm25_run(request: RunRequest, timer: StageTimer) -> RunOutput:
     """Index (or find the cached index of) the corpus with BM25 and rank every query."""
-    retriever = bm25.BM25Retriever(model.record, cache_dir=encoding.cache_dir, progress=encoding.progress)
-    drop_identical = retrieval.drops_identical_ids(dataset.drop_identical_ids)
+    encoding = request.encoding
+    retriever = bm25.BM25Retriever(
+        request.model.record, cache_dir=encoding.cache_dir, progress=encoding.progress
+    )
     with timer.stage("retrieve"):
-        run = retriever.retrieve(dataset, retrieval.top_k, drop_identical_ids=drop_identical)
+        run = retriever.retrieve(
+            request.dataset, request.retrieval.top_k, drop_identical_ids=request.drop_identical_ids
+        )
     for stage, seconds in retriever.timings.items():
         timer.add(f"bm25_{stage}", seconds)
     settings = retriever.settings()
@@ -303,7 +309,7 @@ def run_eval(
         return stored
 
     retrieve = bm25_run if model.record.is_lexical else dense_run
-    output = retrieve(dataset, model, encoding, retrieval, timer)
+    output = retrieve(RunRequest(dataset, model, encoding, retrieval), timer)
     with timer.stage("evaluate"):
         scores = evaluation.evaluate(dataset.qrels, output.run)
     timer.seconds["total"] = round(time.perf_counter() - started, 4)

@@ -19,7 +19,7 @@ from harness.core.cache import cache_entries
 from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
 from harness.encoding.onnx import ensure_exported
-from harness.encoding.store import EmbeddingCache, encode_corpus_shards, shard_paths
+from harness.encoding.store import EmbeddingCache, ShardJob, encode_corpus_shards, shard_paths
 from harness.models.resolve import resolve_model, resolve_record
 from harness.retrieval.bm25 import BM25Retriever
 from harness.retrieval.dense import build_or_load_index, parse_index_spec
@@ -168,8 +168,8 @@ def test_workers_can_fill_disjoint_shards_of_one_entry(tmp_path, beir_folder, ti
     worker_a, worker_b = _encoder(tiny_bert_dir), _encoder(tiny_bert_dir)
     key = cache.corpus_key(dataset, worker_a, 4)
     directory = cache._entry_dir(dataset, worker_a, "corpus", key)
-    written_a = encode_corpus_shards(dataset, worker_a, directory, [0, 2], 4)
-    written_b = encode_corpus_shards(dataset, worker_b, directory, [1], 4)
+    written_a = encode_corpus_shards(ShardJob(dataset, worker_a, directory, 4), [0, 2])
+    written_b = encode_corpus_shards(ShardJob(dataset, worker_b, directory, 4), [1])
     assert [(m["index"], m["count"]) for m in written_a + written_b] == [(0, 4), (2, 3), (1, 4)]
     assert (worker_a.documents_encoded, worker_b.documents_encoded) == (7, 4)
 

@@ -85,39 +85,6 @@ def _imported_modules(tree: ast.AST) -> list[tuple[ast.AST, str]]:
     return found
 
 
-def test_no_cli_command_module_imports_another() -> None:
-    commands = {path.stem for path in (PACKAGE / "cli").glob("*.py") if path.name not in SHARED_CLI_MODULES}
-    assert {"eval_cmd", "encode_cmd"} <= commands
-    offenders = []
-    for path in sorted((PACKAGE / "cli").glob("*.py")):
-        if path.name in SHARED_CLI_MODULES:
-            continue
-        for node, name in _imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
-            parts = name.split(".")
-            if parts[:2] == ["harness", "cli"] and len(parts) > 2 and parts[2] in commands:
-                offenders.append(f"{path.name}:{node.lineno} imports {name}")
-    assert offenders == []
-
-
-def _function_level_imports(tree: ast.AST) -> list[tuple[int, str]]:
-    found = []
-    for function in ast.walk(tree):
-        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for node, name in _imported_modules(function):
-                if name == "harness" or name.startswith("harness."):
-                    found.append((node.lineno, name))
-    return found
-
-
-def test_encoding_has_no_function_level_harness_imports() -> None:
-    offenders = [
-        f"{path.name}:{line} imports {name}"
-        for path in sorted((PACKAGE / "encoding").glob("*.py"))
-        for line, name in _function_level_imports(ast.parse(path.read_text(encoding="utf-8")))
-    ]
-    assert offenders == []
-
-
 def test_encoding_is_split_by_concern() -> None:
     expected = {"runtime", "encoder", "onnx", "store", "shards", "workers", "pool", "ray_pool", "plan"}
     assert expected <= {path.stem for path in (PACKAGE / "encoding").glob("*.py")}

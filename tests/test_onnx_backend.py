@@ -254,7 +254,7 @@ def _beir_folder(root: Path) -> Path:
     return folder
 
 
-def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path: Path, capsys):
+def test_cli_runtime_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path: Path, capsys):
     dataset = _beir_folder(tmp_path)
     common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--no-progress"]
     common += ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
@@ -266,10 +266,10 @@ def test_cli_backend_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     assert provenance["retrieval"]["encoder"]["label"] == "onnx fp32"
     onnx_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0].split() == ["dataset", "model", "backend", "nDCG@10", "Recall@100", "time", "(s)"]
+    assert summary[0].split() == ["dataset", "model", "runtime", "nDCG@10", "Recall@100", "time", "(s)"]
     assert " onnx fp32 " in summary[-1]  # the result table says how the vectors were computed
 
-    assert main([*common, "--runtime", "torch"]) == 0  # another backend: not the stored result
+    assert main([*common, "--runtime", "torch"]) == 0  # another runtime: not the stored result
     provenance = json.loads(provenance_path.read_text())
     assert provenance["retrieval"]["encoder"]["label"] == "torch fp32"
     out = capsys.readouterr().out

@@ -23,7 +23,7 @@ from harness.core.errors import HarnessError
 from harness.datasets.beir import corpus_shard_starts, iter_corpus, load_dataset
 from harness.encoding import pool as parallel
 from harness.encoding.pool import LocalPool, parse_devices, plan_workers
-from harness.encoding.store import encode_corpus_shards, shard_paths
+from harness.encoding.store import ShardJob, encode_corpus_shards, shard_paths
 from harness.encoding.workers import EncoderSpec, WorkerSlot
 from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
@@ -96,12 +96,12 @@ def test_a_worker_seeks_past_earlier_shards_without_reading_them(tmp_path: Path,
     corpus.write_bytes(broken)
     encoder = EncoderSpec(resolve_model(str(tiny_st_dir)), 4).build("cpu")
     directory = tmp_path / "entry"
-    metas = encode_corpus_shards(dataset, encoder, directory, [2], 4)
+    metas = encode_corpus_shards(ShardJob(dataset, encoder, directory, 4), [2])
     assert [meta["index"] for meta in metas] == [2]
     assert json.loads(shard_paths(directory, 2)[1].read_text())["ids"] == DOC_IDS[8:]
     assert not shard_paths(directory, 0)[0].exists()
     with pytest.raises(HarnessError, match=r"corpus.jsonl:2: malformed JSON"):
-        encode_corpus_shards(dataset, encoder, directory, [0], 4)
+        encode_corpus_shards(ShardJob(dataset, encoder, directory, 4), [0])
 
 
 def test_plan_splits_cores_between_cpu_workers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,12 +171,11 @@ def test_two_worker_processes_write_the_shards_one_process_writes(tmp_path: Path
     dataset = load_dataset(folder, "test")
     spec = EncoderSpec(resolve_model(str(tiny_st_dir)), 4)
     encoder = spec.build("cpu")
-    single = encode_corpus_shards(dataset, encoder, tmp_path / "one", range(4), 3)
+    single = encode_corpus_shards(ShardJob(dataset, encoder, tmp_path / "one", 3), range(4))
     pool = LocalPool(spec, [WorkerSlot("cpu", 1), WorkerSlot("cpu", 1)])
     seen: list[int] = []
-    pooled = pool(
-        dataset, encoder, tmp_path / "two", range(4), 3, on_shard=lambda meta: seen.append(meta["index"])
-    )
+    job = ShardJob(dataset, encoder, tmp_path / "two", 3, on_shard=lambda meta: seen.append(meta["index"]))
+    pooled = pool(job, range(4))
     assert sorted(seen) == [0, 1, 2, 3] and len(pooled) == len(single) == 4
     for index in range(4):
         one, two = (shard_paths(tmp_path / name, index) for name in ("one", "two"))
@@ -189,7 +188,7 @@ def test_two_worker_processes_write_the_shards_one_process_writes(tmp_path: Path
     corpus.write_text(corpus.read_text().replace('"_id": "d9"', '"_id": 9.5'))
     dataset._shard_starts.clear()
     with pytest.raises(HarnessError, match=r"corpus.jsonl:10: `_id` must be a string"):
-        pool(dataset, encoder, tmp_path / "bad", [3], 3)
+        pool(ShardJob(dataset, encoder, tmp_path / "bad", 3), [3])
 
 
 @pytest.mark.slow

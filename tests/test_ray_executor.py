@@ -28,6 +28,7 @@ from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.datasets.beir import load_dataset
 from harness.encoding.ray_pool import RayPool, import_ray
+from harness.encoding.store import ShardJob
 from harness.encoding.workers import EncoderSpec
 from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
@@ -110,7 +111,7 @@ def test_a_bad_line_met_by_an_actor_is_the_one_line_error_of_a_local_run(
     corpus.write_text(corpus.read_text().replace('"_id": "d7"', '"_id": [77]'))
     spec = EncoderSpec(resolve_model(str(tiny_st_dir)), 4)
     with pytest.raises(HarnessError) as raised:
-        RayPool(spec, workers=2)(dataset, spec.build("cpu"), tmp_path / "entry", range(4), 3)
+        RayPool(spec, workers=2)(ShardJob(dataset, spec.build("cpu"), tmp_path / "entry", 3), range(4))
     assert str(raised.value) == f"{corpus}:8: `_id` must be a string, not list"
 
 

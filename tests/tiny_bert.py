@@ -23,7 +23,7 @@ HIDDEN = 32
 
 
 def tiny_record(folder: Path, **overrides):
-    """A ``transformers``-backend record for a tiny checkpoint: mean pooling, dot product, max length 16."""
+    """A ``transformers``-kind record for a tiny checkpoint: mean pooling, dot product, max length 16."""
     from harness.models.registry import ModelRecord
 
     settings = dict(

@@ -8,6 +8,7 @@ from pathlib import Path
 from harness.cli.common import add_qrels_duplicates_argument
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
+from harness.datasets.beir import load_dataset
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.download import install_dataset
 from harness.datasets.prepare import env_mirror
@@ -264,7 +265,7 @@ def run_verify(args: argparse.Namespace) -> int:
     checksums = ChecksumStore()
     for name in expand_dataset_names(args.names):
         folder, registry_name = _resolve_target(name, data_dir)
-        result = verify_dataset(
+        dataset = load_dataset(
             folder,
             args.split,
             strict=args.strict,
@@ -272,6 +273,7 @@ def run_verify(args: argparse.Namespace) -> int:
             qrels_duplicates=args.qrels_duplicates,
             checksums=checksums,
         )
+        result = verify_dataset(dataset)
         _print_result(result)
         if result.failures:
             failed.append(f"{result.name}: {', '.join(result.failures)}")

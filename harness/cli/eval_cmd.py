@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 def format_summary(outcomes: list[PairOutcome]) -> str:
     """The closing table: one line per (dataset, model) with how its vectors were computed."""
-    header = ("dataset", "model", "backend", *(pretty_metric(name) for name in HEADLINE_METRICS), "time (s)")
+    header = ("dataset", "model", "runtime", *(pretty_metric(name) for name in HEADLINE_METRICS), "time (s)")
     lines = [header]
     for outcome in outcomes:
         result = outcome.result

@@ -7,7 +7,7 @@ names the protocol, so what it relies on is written down in one place.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,23 +75,23 @@ class DocumentEncoder(Protocol):
     def encode_queries(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray: ...
 
 
+class ShardJob(Protocol):
+    """One corpus entry to fill (``harness.encoding.store.ShardJob``): everything but the shard numbers."""
+
+    dataset: CorpusSource
+    encoder: DocumentEncoder
+    directory: Path
+    shard_size: int
+    progress: Progress | None
+    on_shard: Callable[[dict[str, Any]], None] | None
+
+
 @runtime_checkable
 class ShardExecutor(Protocol):
-    """Encodes some shards of a corpus into a cache entry folder (``encode_corpus_shards``'s arguments)."""
+    """Encodes some shards of a job's corpus into its cache entry folder: in process, in workers, on Ray."""
 
-    def __call__(
-        self,
-        dataset: CorpusSource,
-        encoder: DocumentEncoder,
-        directory: Path,
-        shard_indices: Iterable[int],
-        shard_size: int,
-        *,
-        progress: Progress | None = None,
-        on_shard: Any = None,
-    ) -> list[dict[str, Any]]: ...
+    def __call__(self, job: ShardJob, shard_indices: Iterable[int]) -> list[dict[str, Any]]: ...
 
     def describe(self) -> dict[str, Any]:
         """How the shards are encoded, for provenance (never part of a cache key)."""
         ...
-

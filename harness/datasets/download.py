@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
+from harness.datasets.beir import load_dataset
 from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, DatasetRecord
 from harness.datasets.verify import SOURCE_FILE, check_pins, verify_dataset
 
@@ -326,7 +327,7 @@ def _check_candidate(folder: Path, record: DatasetRecord, *, strict: bool) -> li
 def _count_problems(folder: Path, record: DatasetRecord) -> list[str]:
     """Counts of the reported split that differ from the registry (the check for unpinnable copies)."""
     try:
-        result = verify_dataset(folder, record.eval_split, name=record.name)
+        result = verify_dataset(load_dataset(folder, record.eval_split, name=record.name))
     except HarnessError as error:
         return [str(error)]
     return [f"{record.eval_split} split: {failure}" for failure in result.failures]

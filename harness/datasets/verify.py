@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.datasets.beir import LoadReport, load_dataset
+from harness.datasets.beir import BeirDataset, LoadReport
 from harness.datasets.checksums import ChecksumStore
-from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.datasets.registry import DatasetRecord, dataset_registry
 
 # Written by `harness data download`: which source a dataset folder came from.
@@ -93,23 +92,15 @@ class VerifyResult:
         return bad
 
 
-def verify_dataset(
-    folder: str | Path,
-    split: str | None = None,
-    *,
-    strict: bool = False,
-    name: str | None = None,
-    qrels_duplicates: str = DEFAULT_DUPLICATES,
-    checksums: ChecksumStore | None = None,
-) -> VerifyResult:
-    """Check a dataset folder's files against their pins and its split's counts against the registry."""
-    root = Path(folder)
-    checksums = checksums if checksums is not None else ChecksumStore()
-    dataset = load_dataset(
-        root, split, strict=strict, name=name, qrels_duplicates=qrels_duplicates, checksums=checksums
-    )
+def verify_dataset(dataset: BeirDataset) -> VerifyResult:
+    """Check a loaded dataset's files against their pins and its split's counts against the registry.
+
+    Load it with ``load_dataset`` first: the same loader, and so the same verdict on its files, as
+    every other command.
+    """
+    root = Path(dataset.root)
     record = dataset_registry().get(dataset.name)
-    files = check_pins(root, record, checksums)
+    files = check_pins(root, record, dataset.checksums)
     expected = record.counts.get(dataset.split, {}) if record else {}
     counts = [
         CountCheck("docs", dataset.num_docs, expected.get("docs")),

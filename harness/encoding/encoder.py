@@ -1,6 +1,6 @@
 """Encoders: text in, float32 vectors out, exactly as the model record says.
 
-Two model backends, both loaded as a sentence-transformers model:
+Two model kinds, both loaded as a sentence-transformers model:
 
 * ``sentence-transformers``: the model folder's own modules (Transformer, Pooling, Dense, ...), with
   the record's max length and prefixes enforced and its pooling and normalisation cross-checked.

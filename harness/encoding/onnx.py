@@ -1,4 +1,4 @@
-"""ONNX Runtime backend: a model's transformer exported once with ``torch.onnx`` and run by onnxruntime.
+"""The onnx runtime: a model's transformer exported once with ``torch.onnx`` and run by onnxruntime.
 
 Only the transformer (token ids -> token embeddings) is exported. Pooling, Dense and Normalize stay
 the model's own sentence-transformers modules, run on onnxruntime's output, so the ONNX path differs

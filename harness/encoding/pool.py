@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
+from harness.core.protocols import CorpusSource, DocumentEncoder
 from harness.encoding.runtime import pick_device
-from harness.encoding.store import encode_corpus_shards
+from harness.encoding.store import ShardJob, encode_corpus_shards
 from harness.encoding.workers import EncoderSpec, WorkerSlot, encode_in_worker, start_worker
 
 log = logging.getLogger(__name__)
@@ -128,23 +128,12 @@ class InProcess:
     def describe(self) -> dict[str, Any]:
         return dict(self.details)
 
-    def __call__(
-        self,
-        dataset: CorpusSource,
-        encoder: DocumentEncoder,
-        directory: Path,
-        shard_indices: Iterable[int],
-        shard_size: int,
-        *,
-        progress: Progress | None = None,
-        on_shard: Callable[[dict[str, Any]], None] | None = None,
-    ) -> list[dict[str, Any]]:
-        chosen = encoder if self.encoder is None else self.encoder
-        if chosen.settings() != encoder.settings():
+    def __call__(self, job: ShardJob, shard_indices: Iterable[int]) -> list[dict[str, Any]]:
+        if self.encoder is None:
+            return encode_corpus_shards(job, shard_indices)
+        if self.encoder.settings() != job.encoder.settings():
             raise HarnessError("the planned device would encode with different settings than the run")
-        return encode_corpus_shards(
-            dataset, chosen, directory, shard_indices, shard_size, progress=progress, on_shard=on_shard
-        )
+        return encode_corpus_shards(replace(job, encoder=self.encoder), shard_indices)
 
 
 @dataclass
@@ -162,24 +151,14 @@ class LocalPool:
             "threads_per_worker": self.slots[0].threads if self.slots else None,
         }
 
-    def __call__(
-        self,
-        dataset: CorpusSource,
-        encoder: DocumentEncoder,
-        directory: Path,
-        shard_indices: Iterable[int],
-        shard_size: int,
-        *,
-        progress: Progress | None = None,
-        on_shard: Callable[[dict[str, Any]], None] | None = None,
-    ) -> list[dict[str, Any]]:
+    def __call__(self, job: ShardJob, shard_indices: Iterable[int]) -> list[dict[str, Any]]:
         shards = sorted(set(shard_indices))
         if not shards:
             return []
-        settings = encoder.settings()
+        settings = job.encoder.settings()
         check_same_settings(self.spec, [slot.device for slot in self.slots], settings)
-        shipped = worker_dataset(dataset, shard_size)
-        units = work_units(shards, shipped, shard_size, len(self.slots))
+        shipped = worker_dataset(job.dataset, job.shard_size)
+        units = work_units(shards, shipped, job.shard_size, len(self.slots))
         workers = min(len(self.slots), len(units))
         log.info(
             "encoding %d shard(s) with %d worker process(es) on %s",
@@ -197,7 +176,7 @@ class LocalPool:
             max_workers=workers,
             mp_context=context,
             initializer=start_worker,
-            initargs=(self.spec, shipped, Path(directory), shard_size, settings, slots),
+            initargs=(self.spec, shipped, Path(job.directory), job.shard_size, settings, slots),
         )
         try:
             pending = {pool.submit(encode_in_worker, unit) for unit in units}
@@ -206,10 +185,7 @@ class LocalPool:
                 for future in done:
                     for meta in future.result():
                         written.append(meta)
-                        if on_shard is not None:
-                            on_shard(meta)
-                        if progress is not None:
-                            progress.update(meta["count"])
+                        job.shard_written_elsewhere(meta)
         except BrokenProcessPool:
             raise HarnessError(
                 "an encoding worker process died (out of memory?); finished shards are kept, rerun to resume"

@@ -16,16 +16,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 from harness.encoding.pool import CORES_PER_CPU_WORKER, available_cpus, worker_dataset
-from harness.encoding.runtime import current_torch_threads, tokenizer_threads, torch_threads
-from harness.encoding.store import encode_corpus_shards
-from harness.encoding.workers import EncoderSpec
+from harness.encoding.runtime import current_torch_threads
+from harness.encoding.store import ShardJob
+from harness.encoding.workers import EncoderSpec, encode_with_threads
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +95,8 @@ class ShardEncoderActor:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         shards = [int(index) for index in batch["shard"]]
-        try:
-            with torch_threads(self.threads), tokenizer_threads(self.threads):
-                metas = encode_corpus_shards(
-                    self.dataset, self.encoder, self.directory, shards, self.shard_size
-                )
-        except HarnessError as error:
-            raise HarnessError(str(error)) from None  # subclasses cannot be rebuilt from their message
+        job = ShardJob(self.dataset, self.encoder, self.directory, self.shard_size)
+        metas = encode_with_threads(job, shards, self.threads)
         return {name: [meta[name] for meta in metas] for name in _RESULT_FIELDS}
 
 
@@ -132,17 +126,7 @@ class RayPool:
         actors = self.workers or max(1, cpus // CORES_PER_CPU_WORKER)
         return actors, 0.0, max(1, cpus // actors)
 
-    def __call__(
-        self,
-        dataset: CorpusSource,
-        encoder: DocumentEncoder,
-        directory: Path,
-        shard_indices: Iterable[int],
-        shard_size: int,
-        *,
-        progress: Progress | None = None,
-        on_shard: Callable[[dict[str, Any]], None] | None = None,
-    ) -> list[dict[str, Any]]:
+    def __call__(self, job: ShardJob, shard_indices: Iterable[int]) -> list[dict[str, Any]]:
         shards = sorted(set(shard_indices))
         if not shards:
             return []
@@ -174,10 +158,10 @@ class RayPool:
             ShardEncoderActor,
             fn_constructor_kwargs={
                 "spec": self.spec,
-                "dataset": worker_dataset(dataset, shard_size),
-                "directory": str(directory),
-                "shard_size": shard_size,
-                "settings": encoder.settings(),
+                "dataset": worker_dataset(job.dataset, job.shard_size),
+                "directory": str(job.directory),
+                "shard_size": job.shard_size,
+                "settings": job.encoder.settings(),
                 "threads": cpus_per_actor,
             },
             batch_size=1,
@@ -193,10 +177,7 @@ class RayPool:
                     for name in _RESULT_FIELDS
                 }
                 written.append(meta)
-                if on_shard is not None:
-                    on_shard(meta)
-                if progress is not None:
-                    progress.update(meta["count"])
+                job.shard_written_elsewhere(meta)
         except ray.exceptions.RayError as error:
             message, expected = _cause(error)
             if expected:  # bad input or model, reported as a local run reports it

@@ -18,7 +18,7 @@ from harness.core.errors import HarnessError
 from harness.core.protocols import EvalDataset
 from harness.encoding.encoder import Encoder
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
-from harness.encoding.store import EmbeddingCache, ShardedEmbeddings, finished_shards
+from harness.encoding.store import EmbeddingCache, ShardedEmbeddings, ShardJob, finished_shards
 
 
 def slice_shards(num_shards: int, index: int, count: int) -> list[int]:
@@ -117,7 +117,6 @@ class CorpusEncoding:
             disable=not self.options.progress,
             dynamic_ncols=True,
         ) as bar:
-            plan.encode_shards(
-                self.dataset, self.encoder, self.directory, todo, self.shard_size, progress=bar
-            )
+            job = ShardJob(self.dataset, self.encoder, self.directory, self.shard_size, progress=bar)
+            plan.encode_shards(job, todo)
         return SliceOutcome(index, count, owned, todo)

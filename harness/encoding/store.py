@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -68,39 +69,50 @@ def write_shard(
     return meta
 
 
-def encode_corpus_shards(
-    dataset: CorpusSource,
-    encoder: DocumentEncoder,
-    directory: Path,
-    shard_indices: Iterable[int],
-    shard_size: int,
-    *,
-    progress: Progress | None = None,
-    on_shard: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Encode the given shards of ``dataset``'s corpus into ``directory``; the unit of work for any worker.
+@dataclass(frozen=True)
+class ShardJob:
+    """One corpus entry to fill: everything an executor needs besides which shards to encode."""
+
+    dataset: CorpusSource
+    encoder: DocumentEncoder
+    directory: Path
+    shard_size: int
+    progress: Progress | None = None
+    on_shard: Callable[[dict[str, Any]], None] | None = None  # called with each written shard's metadata
+
+    def shard_written_elsewhere(self, meta: dict[str, Any]) -> None:
+        """A worker process or Ray actor wrote a shard: count its documents here and report it."""
+        if self.progress is not None:
+            self.progress.update(meta["count"])
+        if self.on_shard is not None:
+            self.on_shard(meta)
+
+
+def encode_corpus_shards(job: ShardJob, shard_indices: Iterable[int]) -> list[dict[str, Any]]:
+    """Encode the given shards of the job's corpus into its folder; the unit of work for any worker.
 
     Shards 0..n in a row are streamed in file order; a worker given later or scattered shards seeks
     straight to each one (``dataset.shard_starts``) instead of reading every earlier document.
     Returns each written shard's metadata (without the ids).
     """
+    dataset, directory = job.dataset, job.directory
     wanted = set(shard_indices)
     if not wanted:
         return []
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for index, docs in _shard_documents(dataset, sorted(wanted), shard_size):
+    for index, docs in _shard_documents(dataset, sorted(wanted), job.shard_size):
         if not docs:
             raise HarnessError(
                 f"corpus of {dataset.name} ended before shard {index}; it changed while encoding"
             )
         started = time.perf_counter()
-        vectors = encoder.encode_documents(docs, progress=progress)
+        vectors = job.encoder.encode_documents(docs, progress=job.progress)
         meta = write_shard(directory, index, [doc.id for doc in docs], vectors, time.perf_counter() - started)
         meta.pop("ids")
         written.append(meta)
-        if on_shard is not None:
-            on_shard(meta)
+        if job.on_shard is not None:
+            job.on_shard(meta)
     return written
 
 
@@ -217,7 +229,7 @@ class EmbeddingCache:
         *,
         shard_size: int = 50_000,
         progress: bool = True,
-        encode_shards: Callable[..., Any] = encode_corpus_shards,
+        encode_shards: Callable[[ShardJob, list[int]], Any] = encode_corpus_shards,
     ) -> ShardedEmbeddings:
         """The corpus embeddings, encoding only the shards not already on disk.
 
@@ -303,9 +315,8 @@ class EmbeddingCache:
             disable=not progress,
             dynamic_ncols=True,
         ) as bar:
-            encode_shards(
-                dataset, encoder, directory, missing, shard_size, progress=bar, on_shard=record_shard
-            )
+            job = ShardJob(dataset, encoder, directory, shard_size, progress=bar, on_shard=record_shard)
+            encode_shards(job, missing)
 
     def _finish_manifest(self, directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         """Reconcile the manifest with the shard files (other workers may have written some)."""

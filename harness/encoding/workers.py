@@ -15,7 +15,7 @@ from harness.core.errors import HarnessError
 from harness.core.protocols import CorpusSource
 from harness.encoding.encoder import Encoder
 from harness.encoding.runtime import tokenizer_threads, torch_threads
-from harness.encoding.store import encode_corpus_shards
+from harness.encoding.store import ShardJob, encode_corpus_shards
 
 
 @dataclass(frozen=True)
@@ -80,14 +80,18 @@ class ShardWorker:
 
     def encode(self, shard_indices: list[int]) -> list[dict[str, Any]]:
         """Encode these shards into the entry folder, within this worker's share of the cores."""
-        try:
-            with torch_threads(self.slot.threads), tokenizer_threads(self.slot.threads):
-                return encode_corpus_shards(
-                    self.dataset, self.encoder(), self.directory, shard_indices, self.shard_size
-                )
-        except HarnessError as error:
-            # Subclasses such as InputError cannot be rebuilt from their message in the parent.
-            raise HarnessError(str(error)) from None
+        job = ShardJob(self.dataset, self.encoder(), self.directory, self.shard_size)
+        return encode_with_threads(job, shard_indices, self.slot.threads)
+
+
+def encode_with_threads(job: ShardJob, shard_indices: list[int], threads: int) -> list[dict[str, Any]]:
+    """A worker's unit of work (local process or Ray actor): its shards, on its share of the cores."""
+    try:
+        with torch_threads(threads), tokenizer_threads(threads):
+            return encode_corpus_shards(job, shard_indices)
+    except HarnessError as error:
+        # Subclasses such as InputError cannot be rebuilt from their message in the parent.
+        raise HarnessError(str(error)) from None
 
 
 # The one worker of this process (None in the parent): set by ``start_worker``, the pool's initializer.

@@ -257,8 +257,8 @@ def _pytrec_eval(qrels: Qrels, run: Run, specs: list[MetricSpec], relevance_leve
 class EvaluationSettings:
     """What the evaluation stage needs: which metrics, the relevance threshold, and the averaging."""
 
-    metrics: tuple[str, ...] = PIPELINE_METRICS
-    ks: tuple[int, ...] | None = None  # cut-offs for bare family names in ``metrics``
+    metrics: Sequence[str] = PIPELINE_METRICS
+    ks: Sequence[int] | None = None  # cut-offs for bare family names in ``metrics``
     relevance_level: int = 1
     complete: bool = False  # average over every judged query (trec_eval -c), not only answered ones
 

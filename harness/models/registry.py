@@ -27,7 +27,7 @@ LEXICAL_KIND = "bm25"
 KINDS = (*DENSE_KINDS, LEXICAL_KIND)
 POOLINGS = ("mean", "cls", "last")
 SIMILARITIES = ("dot", "cosine")
-# How the forward pass runs (``--backend``) and in what precision (``--precision``); see harness.encoding.encoder.
+# How the forward pass runs (``--runtime``) and in what precision (``--precision``); see harness.encoding.runtime.
 RUNTIMES = ("torch", "onnx", "exact")
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
@@ -54,7 +54,7 @@ class ModelRecord(Record):
     weights_package: str | None = None
     trust_remote_code: bool = False
     params: dict[str, Any] = {}
-    runtime: str | None = None  # default --backend (None: exact)
+    runtime: str | None = None  # default --runtime (None: exact)
     precision: str | None = None  # default --precision (None: fp32)
 
     @model_validator(mode="before")

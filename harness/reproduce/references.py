@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import StrictFloat, model_validator
+from pydantic import StrictFloat, field_validator, model_validator
 
 from harness.core.config import Record, read_yaml, record_files, validate
 from harness.core.errors import HarnessError, InputError
@@ -58,6 +58,11 @@ class EntryRecord(Record):
     mteb_version: str | None = None
     note: str = ""
 
+    @field_validator("metrics")
+    @classmethod
+    def _lowercase_metric_names(cls, metrics: dict[str, float]) -> dict[str, float]:
+        return {name.lower(): float(value) for name, value in metrics.items()}
+
 
 class ReferencesFile(Record):
     """A whole references file."""
@@ -79,16 +84,36 @@ class Source:
 
 @dataclass(frozen=True)
 class Reference:
-    """One published model x dataset cell: metric name -> value, from one source."""
+    """One published model x dataset cell (an ``entries:`` item) with the source it names, resolved."""
 
-    model: str
-    dataset: str
+    entry: EntryRecord
     source: Source
-    metrics: dict[str, float]
-    preferred: bool = False
-    verified: bool = True
     location: str = ""  # a more precise file / commit than the source's, when the entry has one
-    note: str = ""
+
+    @property
+    def model(self) -> str:
+        return self.entry.model
+
+    @property
+    def dataset(self) -> str:
+        return self.entry.dataset
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Metric name (lower case) -> published value."""
+        return self.entry.metrics
+
+    @property
+    def preferred(self) -> bool:
+        return self.entry.preferred
+
+    @property
+    def verified(self) -> bool:
+        return self.entry.verified
+
+    @property
+    def note(self) -> str:
+        return self.entry.note.strip()
 
     def describe(self) -> str:
         where = self.location or self.source.location
@@ -121,16 +146,7 @@ def _reference(entry: EntryRecord, source: Source, record: SourceRecord) -> Refe
     location = (
         _location(entry.paper, entry.table, record.repo, entry.file, entry.commit) if entry.file else ""
     )
-    return Reference(
-        model=entry.model,
-        dataset=entry.dataset,
-        source=source,
-        metrics={name.lower(): float(value) for name, value in entry.metrics.items()},
-        preferred=entry.preferred,
-        verified=entry.verified,
-        location=location,
-        note=entry.note.strip(),
-    )
+    return Reference(entry, source, location)
 
 
 def read_references_file(path: str | Path) -> ReferencesFile:

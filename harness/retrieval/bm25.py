@@ -175,7 +175,7 @@ class BM25Retriever:
         if isinstance(params["stopwords"], tuple):
             params["stopwords"] = list(params["stopwords"])
         return {
-            "backend": "bm25",
+            "kind": "bm25",
             "library": "bm25s",
             **params,
             "idf_method": self.params.method,
