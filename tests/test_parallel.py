@@ -16,6 +16,7 @@ from scale_fixtures import (
     eval_options,
     run_lines,
     scifact_folder,
+    share_exact_check,
 )
 
 from harness.cli import main
@@ -196,6 +197,7 @@ def test_two_cpu_workers_give_the_same_scifact_metrics_as_one(
     tmp_path: Path, beir_mirror: Path, tiny_st_dir: Path, scifact_reference
 ) -> None:
     reference, reference_root = scifact_reference
+    share_exact_check(reference_root, tmp_path / "cache")
     two = run_eval(scifact_folder(beir_mirror), str(tiny_st_dir), eval_options(tmp_path, workers=2))
 
     for metric in HEADLINE:

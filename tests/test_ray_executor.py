@@ -22,6 +22,7 @@ from scale_fixtures import (
     eval_options,
     run_lines,
     scifact_folder,
+    share_exact_check,
 )
 
 from harness.cli import main
@@ -121,6 +122,7 @@ def test_ray_with_two_cpu_workers_gives_the_local_scifact_numbers(
 ) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     reference, reference_root = scifact_reference
+    share_exact_check(reference_root, tmp_path / "cache")
     result = run_eval(
         scifact_folder(beir_mirror), str(tiny_st_dir), eval_options(tmp_path, executor="ray", workers=2)
     )
@@ -189,6 +191,7 @@ def test_a_killed_ray_run_resumes_from_its_finished_shards(
 ) -> None:
     reference, reference_root = scifact_reference
     cache, results = tmp_path / "cache", tmp_path / "results"
+    share_exact_check(reference_root, cache)
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     common = [

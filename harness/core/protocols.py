@@ -68,6 +68,10 @@ class DocumentEncoder(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
+    def resolve_runtime(self) -> str:
+        """The runtime that computes the vectors (settles, and records in the cache, an ``exact`` choice)."""
+        ...
+
     def encode_documents(
         self, docs: Sequence[TextDocument], *, progress: Progress | None = None
     ) -> np.ndarray: ...

@@ -155,6 +155,9 @@ class LocalPool:
         shards = sorted(set(shard_indices))
         if not shards:
             return []
+        # Settle an ``exact`` runtime here, once: every worker then reads the recorded choice from the
+        # cache instead of timing its own, so all shards of an entry come from one runtime.
+        job.encoder.resolve_runtime()
         settings = job.encoder.settings()
         check_same_settings(self.spec, [slot.device for slot in self.slots], settings)
         shipped = worker_dataset(job.dataset, job.shard_size)

@@ -130,6 +130,7 @@ class RayPool:
         shards = sorted(set(shard_indices))
         if not shards:
             return []
+        job.encoder.resolve_runtime()  # one ``exact`` choice, recorded in the shared cache, for every actor
         ray = import_ray()
         # A local Ray gets at least one CPU per requested worker, so --workers N is honoured on any machine.
         cluster = connect(self.address, num_cpus=max(available_cpus(), self.workers or 0))
