@@ -57,7 +57,7 @@ table: setup
 report: setup
 	$(BIN)/harness report $(RESULTS) $(ARGS)
 
-# Ours vs published numbers for a suite in configs/suites/; non-zero exit on any MISS.
+# Ours vs published numbers for a suite in harness/records/suites/; non-zero exit on any MISS.
 reproduce: setup
 	$(BIN)/harness reproduce $(SUITE) --results-dir $(RESULTS) $(ARGS)
 

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data = subparsers.add_parser(
         "data",
         help="list, download and verify BEIR datasets",
-        description="The BEIR datasets of configs/datasets.yaml: list them, show one, download them "
+        description="The BEIR datasets of the registry (harness/records/datasets.yaml + HARNESS_CONFIG_DIR): list them, show one, download them "
         "(mirrors first, checked against md5 and sha256 pins) and verify local copies.",
     )
     commands = data.add_subparsers(title="data commands", dest="data_command", metavar="ACTION")

@@ -139,15 +139,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reproduce = subparsers.add_parser(
         "reproduce",
         help="run a suite of conditions and compare with published numbers (OK / MISS / SKIPPED)",
-        description="Load configs/suites/SUITE.yaml (or a suite file), run every model x dataset condition "
+        description="Load the suite SUITE (harness/records/suites/ or HARNESS_CONFIG_DIR/suites/, or a suite file), run every model x dataset condition "
         "that has no matching result yet (cached embeddings and results are reused), and print ours "
         "vs published with the difference and OK / MISS per cell; the same table is written to "
         "RESULTS_DIR/reproduce-SUITE.md. Exits 1 on any MISS (and on SKIPPED when the suite sets "
         "fail_on_skip); a condition whose model or data cannot be obtained is SKIPPED with the reason.",
     )
-    reproduce.add_argument("suite", help="suite name in configs/suites/ (e.g. offline-smoke) or a YAML file")
+    reproduce.add_argument("suite", help="suite name (e.g. offline-smoke) or a YAML file")
     reproduce.add_argument(
-        "--references", type=Path, help="published numbers (default: configs/references.yaml)"
+        "--references", type=Path, help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)"
     )
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)

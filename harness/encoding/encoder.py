@@ -422,13 +422,13 @@ def _check_against_folder(model, record) -> None:
             if mode != _ST_POOLING.get(record.pooling, record.pooling):
                 raise HarnessError(
                     f"model record {record.name} says pooling={record.pooling} but the model's "
-                    f"sentence-transformers config pools {mode!r}; fix its file in configs/models/"
+                    f"sentence-transformers config pools {mode!r}; fix its model record (harness/records/models/ or HARNESS_CONFIG_DIR/models/)"
                 )
     has_normalize = any(type(module).__name__ == "Normalize" for module in modules)
     if has_normalize and not record.normalize:
         raise HarnessError(
             f"model record {record.name} says normalize=false but the model ends with a Normalize module; "
-            "fix its file in configs/models/"
+            "fix its model record (harness/records/models/ or HARNESS_CONFIG_DIR/models/)"
         )
 
 
