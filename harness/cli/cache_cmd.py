@@ -93,7 +93,7 @@ def run_list(args: argparse.Namespace) -> int:
         (
             entry.key[:12],
             entry.kind,
-            entry.dataset or "?",
+            entry.dataset or ("-" if entry.kind == "onnx" else "?"),  # an export serves every dataset
             entry.model or "?",
             _what(entry),
             _size(entry.bytes),
