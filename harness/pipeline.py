@@ -23,9 +23,9 @@ from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.core.protocols import EvalDataset
 from harness.datasets.prepare import DataSettings, open_dataset
+from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.datasets.registry import get_dataset_record
-from harness.encoding.encoder import Encoder
-from harness.encoding.plan import EncodingSettings, encoding_plan_for
+from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import PIPELINE_METRICS, EvaluationSettings
@@ -67,7 +67,7 @@ class EvalOptions:
     relevance_level: int = 1
     complete: bool = False
     strict: bool = False
-    qrels_duplicates: str = "error"  # a (query, doc) pair judged twice: "error" (trec_eval) or "last" (BEIR)
+    qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
     trust_remote_code: bool = False
     shard_size: int = 50_000
     force: bool = False
@@ -114,6 +114,7 @@ class RunRequest:
     model: ResolvedModel
     encoding: EncodingSettings
     retrieval: RetrievalSettings
+    index: IndexSpec | None  # retrieval.index parsed and checked (None for lexical models)
 
     @property
     def drop_identical_ids(self) -> bool:
@@ -131,14 +132,10 @@ class RunOutput:
 
 
 def _resolved_config(
-    dataset: EvalDataset,
-    model: ResolvedModel,
-    retrieval: RetrievalSettings,
-    evaluation: EvaluationSettings,
-    encoder_options: dict[str, Any],
+    request: RunRequest, evaluation: EvaluationSettings, encoder_options: dict[str, Any]
 ) -> dict[str, Any]:
     """The settings that determine the numbers; equal configs mean a result can be reused."""
-    index_spec = None if model.record.is_lexical else parse_index_spec(retrieval.index)
+    dataset, model, retrieval = request.dataset, request.model, request.retrieval
     # A new stemmer release changes BM25 scores, so it must not reuse an old result.
     libraries = bm25.library_versions() if model.record.is_lexical else {}
     return {
@@ -156,8 +153,8 @@ def _resolved_config(
         },
         "retrieval": {
             "top_k": retrieval.top_k,
-            "index": index_spec.describe() if index_spec is not None else None,
-            "drop_identical_ids": retrieval.drops_identical_ids(dataset.drop_identical_ids),
+            "index": request.index.describe() if request.index is not None else None,
+            "drop_identical_ids": request.drop_identical_ids,
         },
         "evaluation": evaluation.describe(),
         "encoder_options": encoder_options,
@@ -178,13 +175,8 @@ def dense_run(request: RunRequest, timer: StageTimer) -> RunOutput:
     """Encode (or find cached) corpus and queries, then search: FAISS exact or the ``retrieval.index``."""
     dataset, model, encoding, retrieval = request.dataset, request.model, request.encoding, request.retrieval
     with timer.stage("load_model"):
-        encoder = Encoder(
-            model,
-            device=encoding.device,
-            batch_size=encoding.batch_size,
-            cache_dir=encoding.cache_dir,
-            **encoding.encoder_options,
-        )
+        # Built as ``harness encode`` builds it (encoder_spec_for), so both find the same cache entry.
+        encoder = encoder_spec_for(model, encoding).build(encoding.device)
         plan = encoding_plan_for(model, encoder, encoding)
     cache = EmbeddingCache(encoding.cache_dir)
     with timer.stage("encode_corpus"):
@@ -197,14 +189,13 @@ def dense_run(request: RunRequest, timer: StageTimer) -> RunOutput:
         )
     with timer.stage("encode_queries"):
         query_ids, query_vectors = cache.queries(dataset, encoder)
-    index_spec: IndexSpec = parse_index_spec(retrieval.index)
     with timer.stage("search"):
         run = dense_search(
             query_vectors,
             query_ids,
             corpus,
             retrieval.top_k,
-            index_spec,
+            request.index,
             normalize=model.record.similarity == "cosine",
             drop_identical_ids=request.drop_identical_ids,
         )
@@ -301,7 +292,9 @@ def run_eval(
             dataset_spec, model_spec, options.data_settings(), trust_remote_code=options.trust_remote_code
         )
     evaluation.metric_names()  # an unknown metric fails before any encoding
-    config = _resolved_config(dataset, model, retrieval, evaluation, encoding.encoder_options)
+    index = None if model.record.is_lexical else parse_index_spec(retrieval.index)
+    request = RunRequest(dataset, model, encoding, retrieval, index)
+    config = _resolved_config(request, evaluation, encoding.encoder_options)
     target = result_dir(options.results_dir, dataset.name, model.slug)
     if not options.force and (stored := _reusable(target, config)) is not None:
         log.info("reusing %s (same data, model and settings)", target)
@@ -309,7 +302,7 @@ def run_eval(
         return stored
 
     retrieve = bm25_run if model.record.is_lexical else dense_run
-    output = retrieve(RunRequest(dataset, model, encoding, retrieval), timer)
+    output = retrieve(request, timer)
     with timer.stage("evaluate"):
         scores = evaluation.evaluate(dataset.qrels, output.run)
     timer.seconds["total"] = round(time.perf_counter() - started, 4)

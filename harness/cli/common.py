@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import PIPELINE_METRICS
@@ -221,15 +222,12 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
     )
 
 
-QRELS_DUPLICATES = ("error", "last")  # the policies of harness.datasets.qrels.read_qrels
-
-
 def add_qrels_duplicates_argument(parser: argparse.ArgumentParser) -> None:
     """``--qrels-duplicates {error,last}``, read as ``args.qrels_duplicates``."""
     parser.add_argument(
         "--qrels-duplicates",
-        choices=QRELS_DUPLICATES,
-        default="error",
+        choices=DUPLICATE_POLICIES,
+        default=DEFAULT_DUPLICATES,
         help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
         "or last (keep the last row, as BEIR's loader)",
     )

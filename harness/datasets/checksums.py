@@ -8,14 +8,13 @@ a read-only folder gets no sidecar, and the store then remembers values for its 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.core.fileio import atomic_write_json, file_digest
+from harness.core.fileio import atomic_write_json, file_digest, read_json_or_none
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +81,7 @@ class ChecksumStore:
 
     @staticmethod
     def _read_sidecar(root: Path) -> dict[str, Any]:
-        try:
-            with open(root / SIDECAR_FILE, encoding="utf-8") as handle:
-                entries = json.load(handle).get("entries", {})
-        except (OSError, ValueError, AttributeError):
-            return {}
+        entries = (read_json_or_none(root / SIDECAR_FILE) or {}).get("entries")
         return entries if isinstance(entries, dict) else {}
 
     @staticmethod

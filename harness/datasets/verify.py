@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.fileio import read_json_or_none
 from harness.datasets.beir import BeirDataset, LoadReport
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.registry import DatasetRecord, dataset_registry
@@ -27,11 +27,7 @@ class FileCheck:
 
 def installed_source(root: Path) -> dict[str, Any]:
     """Where ``harness data download`` got this folder from (empty when it did not make it)."""
-    try:
-        with open(root / SOURCE_FILE, encoding="utf-8") as handle:
-            return dict(json.load(handle))
-    except (OSError, ValueError, TypeError):
-        return {}
+    return read_json_or_none(root / SOURCE_FILE) or {}
 
 
 def check_pins(

@@ -97,20 +97,8 @@ class Comparison:
     missing: dict[str, list[str]] = field(default_factory=dict)  # label -> paired qids it lacked
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "baseline": self.baseline,
-            "system": self.system,
-            "n_queries": self.n_queries,
-            "mean_baseline": self.mean_baseline,
-            "mean_system": self.mean_system,
-            "difference": self.difference,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "p_value": self.p_value,
-            "p_value_adjusted": self.p_value_adjusted,
-            "significant": self.significant,
-        }
+        """Every field but ``missing`` (the outputs list missing queries per run, once)."""
+        return {key: value for key, value in asdict(self).items() if key != "missing"}
 
 
 def pair_values(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.fileio import atomic_write_json
+from harness.core.fileio import atomic_write_json, read_json_object
 
 RUN_FILE = "run.trec"
 METRICS_FILE = "metrics.json"
@@ -109,24 +109,11 @@ def write_result(
     return directory
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            payload = json.load(handle)
-    except FileNotFoundError:
-        raise InputError(path, None, "missing file") from None
-    except json.JSONDecodeError as error:
-        raise InputError(path, error.lineno, f"not valid JSON: {error.msg}", "rerun the evaluation") from None
-    if not isinstance(payload, dict):
-        raise InputError(path, 1, "expected a JSON object")
-    return payload
-
-
 def load_result(directory: str | Path) -> StoredResult:
     """Read a result folder; a corrupt or incomplete one raises :class:`InputError` naming the file."""
     directory = Path(directory)
     metrics_path = directory / METRICS_FILE
-    payload = _read_json(metrics_path)
+    payload = read_json_object(metrics_path, fix="rerun the evaluation")
     missing = [key for key in _REQUIRED_METRICS_KEYS if key not in payload]
     if missing:
         raise InputError(metrics_path, None, f"missing keys {', '.join(missing)}", "rerun the evaluation")
@@ -135,7 +122,7 @@ def load_result(directory: str | Path) -> StoredResult:
     ):
         raise InputError(metrics_path, None, "'metrics' must map metric names to numbers")
     provenance_path = directory / PROVENANCE_FILE
-    provenance = _read_json(provenance_path) if provenance_path.exists() else {}
+    provenance = read_json_object(provenance_path, fix="rerun the evaluation") if provenance_path.exists() else {}
     return StoredResult(
         directory=directory,
         dataset=str(payload["dataset"]),

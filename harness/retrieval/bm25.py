@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json
+from harness.core.fileio import atomic_write_json, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -364,13 +364,13 @@ def _load_index(folder: Path, settings: dict, corpus_sha: str) -> tuple[Any, lis
     if not manifest_path.is_file():
         return None
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = read_json_object(manifest_path)
         if manifest.get("settings") != settings or manifest.get("corpus.jsonl") != corpus_sha:
             log.warning("BM25 cache %s was written for other settings; rebuilding it", folder)
             return _discard(folder)
         doc_ids = json.loads((folder / _DOC_IDS).read_text(encoding="utf-8"))
         retriever = bm25s.BM25.load(folder, allow_pickle=False, show_progress=False)
-    except (OSError, ValueError, KeyError, EOFError) as error:
+    except (HarnessError, OSError, ValueError, KeyError, EOFError) as error:
         log.warning("BM25 cache %s is unreadable (%s); rebuilding it", folder, error)
         return _discard(folder)
     if len(doc_ids) != manifest.get("num_docs") or retriever.scores["num_docs"] != len(doc_ids):
