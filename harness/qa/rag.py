@@ -314,11 +314,14 @@ def check_fields(rag_file: RAGFile, metrics: Iterable[str], keys: RAGKeys) -> No
             if missing is None:
                 continue
             if name == "reference_ids" and rag_file.relevance != keys.reference_ids:
+                # Unjudged questions are left out (counted), as trec_eval skips queries without qrels.
+                if any(row.has(name) for row in rag_file.rows):
+                    continue
                 raise InputError(
                     rag_file.path,
-                    missing.line,
-                    f"question {missing.qid!r} has no judgments in the {rag_file.relevance}",
-                    f"{metric} needs them; drop it from --metrics or use qrels that judge every question",
+                    None,
+                    f"no question id is judged in the {rag_file.relevance}",
+                    f"{metric} needs judgments; check --id-key and that the qrels match these questions",
                 )
             key = getattr(keys, name)
             raise InputError(
