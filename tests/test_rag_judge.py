@@ -6,6 +6,7 @@ client's timeout; it serves at most ``MAX_REQUESTS`` requests and stops with the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -38,7 +39,7 @@ class ScriptedJudge:
     """Replies by task (named in the system message), answer and seed; counts every request."""
 
     def __init__(self) -> None:
-        self.requests = 0
+        self.requests = 0  # set by the server
         self.slowed: set[str] = set()
         self.lock = threading.Lock()
 
@@ -59,19 +60,24 @@ class ScriptedJudge:
         if task == "verdicts":
             which = "one" if "one-a" in user else "three"
             flags = VERDICTS[(which, repeat)]
-            return json.dumps({"verdicts": [{"statement": "s", "reason": "r", "verdict": f} for f in flags]}), 0.0
+            return json.dumps(
+                {"verdicts": [{"statement": "s", "reason": "r", "verdict": f} for f in flags]}
+            ), 0.0
         raise AssertionError(f"unexpected task {task}")
 
 
-@pytest.fixture()
-def judge_server() -> Iterator[tuple[str, ScriptedJudge]]:
-    script = ScriptedJudge()
+@contextlib.contextmanager
+def serving(script) -> Iterator[str]:
+    """A chat-completions server on 127.0.0.1 answering from ``script.reply(body) -> (text, delay)``."""
+    lock = threading.Lock()
+    counter = {"requests": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            with script.lock:
-                script.requests += 1
-                over = script.requests > MAX_REQUESTS
+            with lock:
+                counter["requests"] += 1
+                over = counter["requests"] > MAX_REQUESTS
+            script.requests = counter["requests"]
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             assert self.path == "/v1/chat/completions" and body["model"] == "scripted"
             text, delay = ("", 0.0) if over else script.reply(body)
@@ -94,11 +100,18 @@ def judge_server() -> Iterator[tuple[str, ScriptedJudge]]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", script
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture()
+def judge_server() -> Iterator[tuple[str, ScriptedJudge]]:
+    script = ScriptedJudge()
+    with serving(script) as base_url:
+        yield base_url, script
 
 
 def judge_args(base_url: str, cache: Path, *extra: str) -> list[str]:
@@ -125,7 +138,9 @@ def test_faithfulness_from_scripted_verdicts_then_cached(judge_server, tmp_path,
     base_url, script = judge_server
     data = write_jsonl(tmp_path / "rag.jsonl", ROWS)
     out = tmp_path / "report.json"
-    code, stdout, err = run_cli(["rag-eval", str(data), *judge_args(base_url, tmp_path / "cache", "--output", str(out))], capsys)
+    code, stdout, err = run_cli(
+        ["rag-eval", str(data), *judge_args(base_url, tmp_path / "cache", "--output", str(out))], capsys
+    )
     assert code == 0, err
     report = json.loads(out.read_text())
     scores = {row["id"]: row["faithfulness"] for row in report["per_question"]}
@@ -146,7 +161,9 @@ def test_faithfulness_from_scripted_verdicts_then_cached(judge_server, tmp_path,
 
     # The same run again: every reply comes from the cache, no request reaches the server.
     again = tmp_path / "again.json"
-    code, stdout, err = run_cli(["rag-eval", str(data), *judge_args(base_url, tmp_path / "cache", "--output", str(again))], capsys)
+    code, stdout, err = run_cli(
+        ["rag-eval", str(data), *judge_args(base_url, tmp_path / "cache", "--output", str(again))], capsys
+    )
     assert code == 0, err
     assert script.requests == 6
     second = json.loads(again.read_text())
@@ -158,7 +175,11 @@ def test_repeats_give_mean_and_spread(judge_server, tmp_path, capsys) -> None:
     base_url, _ = judge_server
     data = write_jsonl(tmp_path / "rag.jsonl", [ROWS[0], ROWS[2]])
     out = tmp_path / "report.json"
-    argv = ["rag-eval", str(data), *judge_args(base_url, tmp_path / "cache", "--judge-repeats", "2", "--output", str(out))]
+    argv = [
+        "rag-eval",
+        str(data),
+        *judge_args(base_url, tmp_path / "cache", "--judge-repeats", "2", "--output", str(out)),
+    ]
     code, stdout, err = run_cli(argv, capsys)
     assert code == 0, err
     report = json.loads(out.read_text())
@@ -166,7 +187,9 @@ def test_repeats_give_mean_and_spread(judge_server, tmp_path, capsys) -> None:
     # q1: repeat 0 says 2/3, repeat 1 says 1/3; q3: 1 then 1/2.
     assert q1["faithfulness"] == pytest.approx(0.5)
     assert q1["judge_repeats"]["faithfulness"]["values"] == pytest.approx([2 / 3, 1 / 3])
-    assert q1["judge_repeats"]["faithfulness"]["std"] == pytest.approx((1 / 18) ** 0.5)  # sample sd of 2/3, 1/3
+    assert q1["judge_repeats"]["faithfulness"]["std"] == pytest.approx(
+        (1 / 18) ** 0.5
+    )  # sample sd of 2/3, 1/3
     assert q3["faithfulness"] == pytest.approx(0.75)
     summary = report["judge_repeats"]["faithfulness"]
     assert summary["per_repeat_means"] == pytest.approx([(2 / 3 + 1) / 2, (1 / 3 + 1 / 2) / 2])

@@ -86,9 +86,21 @@ def test_read_rows_and_score_from_the_file(tmp_path: Path) -> None:
 def test_qrels_give_relevance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\na\tx\t1\na\td1\t0\nb\td2\t2\n", encoding="utf-8")
-    data = write_jsonl(tmp_path / "rag.jsonl", [{"id": r["id"], "context_ids": r["context_ids"]} for r in ROWS])
+    data = write_jsonl(
+        tmp_path / "rag.jsonl", [{"id": r["id"], "context_ids": r["context_ids"]} for r in ROWS]
+    )
     out = tmp_path / "out.json"
-    argv = ["rag-eval", str(data), "--qrels", str(qrels), "--metrics", "ids", "--per-question", "--output", str(out)]
+    argv = [
+        "rag-eval",
+        str(data),
+        "--qrels",
+        str(qrels),
+        "--metrics",
+        "ids",
+        "--per-question",
+        "--output",
+        str(out),
+    ]
     code, _, err = run_cli(argv, capsys)
     assert code == 0, err
     report = json.loads(out.read_text())
@@ -101,7 +113,10 @@ def test_qrels_give_relevance(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_missing_field_names_line_and_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = write_jsonl(tmp_path / "rag.jsonl", [{"id": 1, "answer": "a", "context_ids": ["d"], "reference_context_ids": ["d"]}])
+    data = write_jsonl(
+        tmp_path / "rag.jsonl",
+        [{"id": 1, "answer": "a", "context_ids": ["d"], "reference_context_ids": ["d"]}],
+    )
     code, _, err = run_cli(["rag-eval", str(data), "--metrics", "semantic_similarity"], capsys)
     assert_one_line_error(code, err, f"{data}:1", "'ground_truth'", "--ground-truth-key")
     rag_file = read_rag_file(data)
@@ -116,20 +131,34 @@ def test_judged_metric_without_judge_is_one_line(tmp_path: Path, capsys: pytest.
 
 def test_parse_reply_tolerates_fences_and_rejects_junk() -> None:
     assert parse_reply('```json\n{"statements": ["a"]}\n```') == {"statements": ["a"]}
-    assert parse_reply("Sure! {\"verdicts\": []} Hope it helps.") == {"verdicts": []}
+    assert parse_reply('Sure! {"verdicts": []} Hope it helps.') == {"verdicts": []}
     assert parse_reply("no json here") is None
     assert parse_reply("[1, 2]") is None
 
 
-def test_rag_compare_gives_the_engines_paired_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rag_compare_gives_the_engines_paired_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     reference = ["d1"]
-    rows_a = [{"id": f"q{i}", "context_ids": ["x", "d1"], "reference_context_ids": reference} for i in range(6)]
-    rows_b = [{"id": f"q{i}", "context_ids": ["d1", "x"], "reference_context_ids": reference} for i in range(6)]
+    rows_a = [
+        {"id": f"q{i}", "context_ids": ["x", "d1"], "reference_context_ids": reference} for i in range(6)
+    ]
+    rows_b = [
+        {"id": f"q{i}", "context_ids": ["d1", "x"], "reference_context_ids": reference} for i in range(6)
+    ]
     rows_b[0]["context_ids"] = ["x", "y"]
     file_a, file_b = write_jsonl(tmp_path / "a.jsonl", rows_a), write_jsonl(tmp_path / "b.jsonl", rows_b)
     out = tmp_path / "cmp.json"
     code, stdout, err = run_cli(
-        ["rag-compare", str(file_a), str(file_b), "--metrics", "context_precision_ranked", "--output", str(out)],
+        [
+            "rag-compare",
+            str(file_a),
+            str(file_b),
+            "--metrics",
+            "context_precision_ranked",
+            "--output",
+            str(out),
+        ],
         capsys,
     )
     assert code == 0, err
