@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from test_qa_cli import assert_one_line_error, run_cli, write_jsonl
 
+from harness.core.errors import HarnessError
+from harness.qa.judge import STATEMENTS, JudgeClient, JudgeSettings
+
 MAX_REQUESTS = 60
 SLOW_SECONDS = 1.5
 TIMEOUT = "0.5"
@@ -68,7 +71,7 @@ class ScriptedJudge:
 
 @contextlib.contextmanager
 def serving(script) -> Iterator[str]:
-    """A chat-completions server on 127.0.0.1 answering from ``script.reply(body) -> (text, delay)``."""
+    """A chat-completions server on 127.0.0.1 answering from ``script.reply(body) -> (text, delay[, status])``."""
     lock = threading.Lock()
     counter = {"requests": 0}
 
@@ -80,11 +83,11 @@ def serving(script) -> Iterator[str]:
             script.requests = counter["requests"]
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             assert self.path == "/v1/chat/completions" and body["model"] == "scripted"
-            text, delay = ("", 0.0) if over else script.reply(body)
+            text, delay, *status = ("", 0.0) if over else script.reply(body)
             time.sleep(delay)
             payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
             try:
-                self.send_response(503 if over else 200)
+                self.send_response(503 if over else (status[0] if status else 200))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -211,3 +214,68 @@ def test_unreachable_judge_is_one_line_and_writes_nothing(tmp_path, capsys) -> N
     assert_one_line_error(code, err, "judge unreachable", f"127.0.0.1:{port}", "--judge-base-url")
     assert list(out_dir.iterdir()) == []  # no report, no temporary file
     assert not list((tmp_path / "cache").rglob("*.json"))  # no half-written cache entry either
+
+
+def test_judge_replies_are_a_cache_kind(judge_server, tmp_path, capsys) -> None:
+    base_url, _ = judge_server
+    data = write_jsonl(tmp_path / "rag.jsonl", [ROWS[0]])
+    cache = tmp_path / "cache"
+    code, _, err = run_cli(["rag-eval", str(data), *judge_args(base_url, cache)], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(["cache", "list", "--cache-dir", str(cache), "--kind", "judge", "--json"], capsys)
+    (entry,) = json.loads(out)
+    assert entry["model"] == "scripted" and entry["details"] == {"replies": 2}  # claims + verdicts
+    assert run_cli(["cache", "clear", "--all", "--kind", "judge", "--cache-dir", str(cache)], capsys)[0] == 0
+    assert not (cache / "judge" / "scripted").exists()
+
+
+class Busy:
+    """``status`` for the first ``failures`` requests, then claims."""
+
+    def __init__(self, failures: int, status: int = 503) -> None:
+        self.failures, self.status, self.calls, self.requests = failures, status, 0, 0
+
+    def reply(self, body: dict) -> tuple[str, float, int]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            return "", 0.0, self.status
+        return json.dumps({"statements": ["x"]}), 0.0, 200
+
+
+def _client(base_url: str, cache: Path, slept: list[float], **settings) -> JudgeClient:
+    options = {"timeout": 5.0, "backoff": 0.05, "retries": 3, **settings}
+    return JudgeClient(
+        JudgeSettings(base_url=base_url, model="scripted", **options), cache, sleep=slept.append
+    )
+
+
+def test_busy_server_is_retried_with_doubling_backoff(tmp_path) -> None:
+    slept: list[float] = []
+    with serving(Busy(2)) as base_url:
+        client = _client(base_url, tmp_path / "cache", slept)
+        assert client.ask(STATEMENTS, {"question": "q", "answer": "a"}) == ["x"]
+    assert slept == pytest.approx([0.05, 0.1])
+    assert client.stats()["requests"] == 3 and client.stats()["retries"] == 2
+
+
+def test_requests_are_spaced_by_the_rate_limit(tmp_path) -> None:
+    slept: list[float] = []
+    with serving(Busy(0)) as base_url:
+        client = _client(base_url, tmp_path / "cache", slept, max_rps=4.0)
+        client.ask(STATEMENTS, {"question": "q", "answer": "a"})
+        client.ask(STATEMENTS, {"question": "q", "answer": "b"})
+    # The second request followed the first at once, so it waited out the rest of its 1/4 s.
+    assert len(slept) == 1 and 0 < slept[0] <= 0.25
+
+
+@pytest.mark.parametrize(
+    ("status", "requests", "message"), [(401, 1, "HTTP 401"), (503, 4, "failed 4 times")]
+)
+def test_refusal_or_endless_busy_is_one_error(tmp_path, status: int, requests: int, message: str) -> None:
+    script = Busy(99, status)
+    with serving(script) as base_url:
+        client = _client(base_url, tmp_path / "cache", [])
+        with pytest.raises(HarnessError, match=message):
+            client.ask(STATEMENTS, {"question": "q", "answer": "a"})
+    assert script.calls == requests
+    assert not list((tmp_path / "cache").rglob("*.json"))
