@@ -90,17 +90,7 @@ def test_qrels_give_relevance(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         tmp_path / "rag.jsonl", [{"id": r["id"], "context_ids": r["context_ids"]} for r in ROWS]
     )
     out = tmp_path / "out.json"
-    argv = [
-        "rag-eval",
-        str(data),
-        "--qrels",
-        str(qrels),
-        "--metrics",
-        "ids",
-        "--per-question",
-        "--output",
-        str(out),
-    ]
+    argv = ["rag-eval", str(data), "--qrels", str(qrels), "--per-question", "--output", str(out)]
     code, _, err = run_cli(argv, capsys)
     assert code == 0, err
     report = json.loads(out.read_text())
@@ -110,6 +100,17 @@ def test_qrels_give_relevance(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert per_question["c"]["context_precision_id"] is None  # c is unjudged in the qrels
     assert report["aggregate"]["context_precision_id"]["undefined"] == 1
     assert report["data"]["relevance"].startswith("qrels")
+    assert report["metrics"] == ["context_precision_id", "context_precision_ranked", "context_recall_id"]
+
+
+def test_default_metrics_note_fields_some_lines_lack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [dict(ROWS[0], answer="x", ground_truth="y"), ROWS[1]]  # only line 1 could use embeddings
+    code, out, err = run_cli(["rag-eval", str(write_jsonl(tmp_path / "rag.jsonl", rows))], capsys)
+    assert code == 0, err
+    assert "note:" in err and "semantic_similarity" in err and "answer_correctness_embed" in err
+    assert "context_recall_id" in out and "semantic_similarity" not in out
 
 
 def test_missing_field_names_line_and_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -187,11 +187,7 @@ def _judge_settings(args: argparse.Namespace) -> JudgeSettings:
 def _evaluator(args: argparse.Namespace, files: list[RAGFile]) -> RAGEvaluator:
     metrics = resolve_rag_metrics(args.metrics)
     if metrics is None:
-        metrics = [
-            m
-            for m in default_metrics(files[0], judge=args.judge)
-            if all(m in default_metrics(f, judge=args.judge) for f in files)
-        ]
+        metrics = _default_metrics(files, judge=args.judge)
     if not metrics:
         raise HarnessError(
             f"{files[0].path}: no metric can be computed from its fields; see --help for the keys"
@@ -209,6 +205,21 @@ def _evaluator(args: argparse.Namespace, files: list[RAGFile]) -> RAGEvaluator:
         else None
     )
     return RAGEvaluator(metrics, embedder=embedder, judge=judge, repeats=args.judge_repeats)
+
+
+def _default_metrics(files: list[RAGFile], *, judge: bool) -> list[str]:
+    """The metrics every file's fields allow; a note names those some lines' missing fields rule out."""
+    chosen: list[str] | None = None
+    for rag_file in files:
+        allowed, partial = default_metrics(rag_file, judge=judge)
+        chosen = [m for m in allowed if chosen is None or m in chosen]
+        if partial:
+            print(
+                f"note: {rag_file.path}: not every line has the fields of {', '.join(partial)}; left out "
+                "(name them in --metrics to see the first such line)",
+                file=sys.stderr,
+            )
+    return chosen or []
 
 
 def _file_summary(rag_file: RAGFile) -> dict[str, Any]:

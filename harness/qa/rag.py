@@ -177,6 +177,7 @@ class RAGFile:
     path: Path
     rows: list[RAGRow]
     relevance: str  # where reference ids come from: the file's key, or a qrels file
+    from_qrels: bool = False  # then a question the qrels do not judge is left out, not an error
     empty_answers: int = 0
     empty_contexts: int = 0
     duplicates: list[tuple[str, int, int]] = field(default_factory=list)  # (id, first line, repeated line)
@@ -185,9 +186,19 @@ class RAGFile:
         return {row.qid: row for row in self.rows}
 
     def fields_everywhere(self) -> set[str]:
-        """Row fields every question has (what the default metrics are chosen from)."""
+        """Row fields every question has (what the default metrics are chosen from); relevance from
+        qrels counts when any question is judged."""
         names = ("question", "answer", "contexts", "ground_truth", "context_ids", "reference_ids")
-        return {name for name in names if all(row.has(name) for row in self.rows)}
+        return {name for name in names if self._has_everywhere(name)}
+
+    def fields_somewhere(self) -> set[str]:
+        names = ("question", "answer", "contexts", "ground_truth", "context_ids", "reference_ids")
+        return {name for name in names if any(row.has(name) for row in self.rows)}
+
+    def _has_everywhere(self, name: str) -> bool:
+        if name == "reference_ids" and self.from_qrels:
+            return any(row.has(name) for row in self.rows)
+        return all(row.has(name) for row in self.rows)
 
     def warnings(self) -> dict[str, Any]:
         return {
@@ -280,7 +291,7 @@ def read_rag_file(
     relevance = (
         f"qrels {qrels_path} (grade >= {relevance_level})" if qrels is not None else keys.reference_ids
     )
-    result = RAGFile(path=path, rows=[], relevance=relevance)
+    result = RAGFile(path=path, rows=[], relevance=relevance, from_qrels=qrels is not None)
     first_line: dict[str, int] = {}
     for number, text in iter_lines(path):
         if not text.strip():
@@ -313,7 +324,7 @@ def check_fields(rag_file: RAGFile, metrics: Iterable[str], keys: RAGKeys) -> No
             missing = next((row for row in rag_file.rows if not row.has(name)), None)
             if missing is None:
                 continue
-            if name == "reference_ids" and rag_file.relevance != keys.reference_ids:
+            if name == "reference_ids" and rag_file.from_qrels:
                 # Unjudged questions are left out (counted), as trec_eval skips queries without qrels.
                 if any(row.has(name) for row in rag_file.rows):
                     continue
@@ -332,12 +343,14 @@ def check_fields(rag_file: RAGFile, metrics: Iterable[str], keys: RAGKeys) -> No
             )
 
 
-def default_metrics(rag_file: RAGFile, *, judge: bool) -> list[str]:
-    """The metrics the file's fields allow: every one without a model, the embedding ones, and with a
-    judge the judged ones."""
-    present = rag_file.fields_everywhere()
+def default_metrics(rag_file: RAGFile, *, judge: bool) -> tuple[list[str], list[str]]:
+    """The metrics the file's fields allow (every one without a model, the embedding ones, and with a
+    judge the judged ones), and those left out only because some lines lack a field they need."""
+    everywhere, somewhere = rag_file.fields_everywhere(), rag_file.fields_somewhere()
     allowed = ID_METRICS + EMBEDDING_METRICS + (JUDGE_METRICS if judge else ())
-    return [name for name in allowed if set(METRICS[name].needs) <= present]
+    chosen = [name for name in allowed if set(METRICS[name].needs) <= everywhere]
+    partial = [name for name in allowed if name not in chosen and set(METRICS[name].needs) <= somewhere]
+    return chosen, partial
 
 
 def resolve_rag_metrics(raw: Sequence[str] | None) -> list[str] | None:
