@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,7 +239,10 @@ def _contexts(value: Any, path: Path, line: int, key: str) -> tuple[str, ...]:
     return tuple(_text(item, path, line, key) for item in value)
 
 
-def _reference(row: Mapping[str, Any], qid: str, keys: RAGKeys, qrels: Qrels | None, level: int, where):
+def _reference(
+    row: Mapping[str, Any], qid: str, keys: RAGKeys, qrels: Qrels | None, level: int, where: tuple[Path, int]
+) -> frozenset[str] | None:
+    """Relevant ids: from the qrels when given (``None`` for an unjudged question), else from the line."""
     if qrels is not None:
         judged = qrels.get(qid)
         return None if judged is None else frozenset(doc for doc, rel in judged.items() if rel >= level)
@@ -248,14 +251,16 @@ def _reference(row: Mapping[str, Any], qid: str, keys: RAGKeys, qrels: Qrels | N
     return None
 
 
-def _parse_row(row: dict[str, Any], path: Path, number: int, keys: RAGKeys, qrels, level: int) -> RAGRow:
+def _parse_row(
+    row: dict[str, Any], path: Path, number: int, keys: RAGKeys, qrels: Qrels | None, level: int
+) -> RAGRow:
     if keys.id not in row:
         present = ", ".join(map(str, row)) or "none"
         raise InputError(path, number, f"missing key {keys.id!r}", f"keys on this line: {present}; --id-key")
     qid = _text(row[keys.id], path, number, keys.id)
     where = (path, number)
 
-    def optional(key: str, parse):
+    def optional(key: str, parse: Callable[[Any, Path, int, str], Any]) -> Any:
         return parse(row[key], path, number, key) if key in row else None
 
     ground = None
