@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "harness.cli.encode_cmd",
     "harness.cli.evaluate_cmd",
     "harness.cli.qa_cmd",
+    "harness.cli.rag_cmd",
     "harness.cli.cache_cmd",
     "harness.cli.report_cmd",
 ]

@@ -14,8 +14,8 @@ from harness.core.paths import default_cache_dir
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "cache",
-        help="show or free cached embeddings, FAISS and BM25 indexes and ONNX exports",
-        description="Embeddings, FAISS indexes, BM25 indexes and ONNX exports are cached by data "
+        help="show or free cached embeddings, FAISS and BM25 indexes, ONNX exports and judge replies",
+        description="Embeddings, FAISS indexes, BM25 indexes, ONNX exports and judge replies are cached by data "
         "checksums, model identity and every setting that changes them, so identical runs never "
         "recompute them. List what is cached, or free it.",
     )
@@ -76,6 +76,8 @@ def _what(entry: CacheEntry) -> str:
         return f"index {details['index']}"
     if entry.kind == "bm25":
         return f"{details['count']} docs"
+    if entry.kind == "judge":
+        return f"{details['replies']} replies"
     return "exact check recorded" if details.get("exact_check") else ""
 
 
@@ -93,7 +95,7 @@ def run_list(args: argparse.Namespace) -> int:
         (
             entry.key[:12],
             entry.kind,
-            entry.dataset or ("-" if entry.kind == "onnx" else "?"),  # an export serves every dataset
+            entry.dataset or ("-" if entry.kind in ("onnx", "judge") else "?"),  # serves every dataset
             entry.model or "?",
             _what(entry),
             _size(entry.bytes),

@@ -8,6 +8,7 @@ Everything the harness computes once and reuses is kept under one root (``--cach
                                                                kept beside the vectors they index
     bm25/<key32>/                                               bm25s index, doc_ids.json, manifest.json
     onnx/<model>__<key16>/                                      model.onnx, export.json, exact-check.json
+    judge/<judge model>/<key>.json                              one judge model's replies, one file per call
 
 Each key is a sha256 over everything that changes the artifact's content (``digest_of``), so equal
 inputs find the same folder and any change misses it. Writers stage into hidden ``.<name>.<random>.tmp``
@@ -30,11 +31,12 @@ from harness.core.fileio import read_json_or_none
 EMBEDDINGS_DIR = "embeddings"
 BM25_DIR = "bm25"
 ONNX_DIR = "onnx"
+JUDGE_DIR = "judge"
 MANIFEST = "manifest.json"
 FAISS_SUFFIX = ".faiss"
 EXPORT_RECORD = "export.json"
 EXACT_CHECK = "exact-check.json"
-KINDS = ("embeddings", "faiss", "bm25", "onnx")
+KINDS = ("embeddings", "faiss", "bm25", "onnx", "judge")
 
 
 def digest_of(payload: Any) -> str:
@@ -87,6 +89,14 @@ class CacheLayout:
     def exact_check(export_folder: Path) -> Path:
         """The recorded exactness check of an ONNX export, kept in its folder (cleared with it)."""
         return Path(export_folder) / EXACT_CHECK
+
+    def judge_folder(self, judge_model: str) -> Path:
+        """Every cached reply of one judge model (``harness cache clear`` frees them together)."""
+        return self.root / JUDGE_DIR / safe_name(judge_model)
+
+    def judge_reply(self, judge_model: str, key: str) -> Path:
+        """One judge call's reply, keyed by the prompt version, the model and every input."""
+        return self.judge_folder(judge_model) / f"{key}.json"
 
 
 @dataclass
@@ -209,6 +219,24 @@ def _onnx_entries(root: Path) -> list[CacheEntry]:
     return found
 
 
+def _judge_entries(root: Path) -> list[CacheEntry]:
+    found = []
+    for directory in _folders(root / JUDGE_DIR):
+        replies = [path for path in directory.glob("*.json") if not _is_leftover(path)]
+        found.append(
+            CacheEntry(
+                kind="judge",
+                key=digest_of({"judge": directory.name}),
+                path=directory,
+                bytes=_size(directory),
+                complete=True,
+                model=directory.name,
+                details={"replies": len(replies)},
+            )
+        )
+    return found
+
+
 def cache_entries(root: str | Path, kind: str | None = None) -> list[CacheEntry]:
     """Every cached artifact under ``root`` (of one ``kind`` when given), in a stable order."""
     root = Path(root)
@@ -216,6 +244,7 @@ def cache_entries(root: str | Path, kind: str | None = None) -> list[CacheEntry]
         "embeddings": _embeddings_entries,
         "bm25": _bm25_entries,
         "onnx": _onnx_entries,
+        "judge": _judge_entries,
     }
     found = [entry for read in readers.values() for entry in read(root)]
     return [entry for entry in found if kind is None or entry.kind == kind]
