@@ -22,8 +22,8 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.qa.data import QARecord
-from harness.qa.profiles import RULES, AnswerProfile, get_profile
-from harness.qa.tokenize import space_cjk, split_cjk_tokens
+from harness.qa.profiles import EMPTY_GOLD_RULE, AnswerProfile, get_profile
+from harness.qa.tokenize import CJK_RULE, space_cjk, split_cjk_tokens
 
 # Metric group -> the per-question score keys it produces; order is the report's order.
 METRIC_GROUPS: dict[str, tuple[str, ...]] = {
@@ -305,15 +305,25 @@ class QAScorer:
             elif group == "rouge":
                 scores.update(zip(METRIC_GROUPS["rouge"], profile.rouge(prediction, golds), strict=True))
             elif group == "bleu":
-                spaced = [space_cjk(gold) for gold in golds]
-                for n, metric in self._sentence_bleu.items():
-                    scores[f"bleu_{n}"] = metric.sentence_score(space_cjk(prediction), spaced).score / 100.0
+                scores.update(self.sentence_bleu(prediction, golds))
             elif group == "meteor":
                 scores["meteor"] = self.meteor(prediction, golds)
             elif group == "diversity":
                 for n in DIVERSITY_ORDERS:
                     scores[f"distinct_{n}"] = distinct_n([prediction], n)
         return {key: scores[key] for key in self.keys}
+
+    def sentence_bleu(self, prediction: str, golds: Sequence[str]) -> dict[str, float]:
+        """BLEU-1..4 of one answer: the profile's own BLEU, else sacrebleu's sentence BLEU."""
+        scores: dict[str, float] = {}
+        spaced = [space_cjk(gold) for gold in golds]
+        for n, metric in self._sentence_bleu.items():
+            own = self.profile.bleu([prediction], [golds], n)
+            if own is not None:
+                scores[f"bleu_{n}"] = own.score
+            else:
+                scores[f"bleu_{n}"] = metric.sentence_score(space_cjk(prediction), spaced).score / 100.0
+        return scores
 
     def meteor(self, prediction: str, golds: Sequence[str]) -> float:
         """nltk's METEOR (best over golds) on wordpunct tokens; synonyms only when WordNet was found."""
@@ -334,6 +344,8 @@ class QAScorer:
 
         Questions with fewer golds than the most-answered one get ``None`` references, which sacrebleu skips.
         """
+        if self.profile.own_bleu:
+            return self._profile_corpus_bleu(records)
         hypotheses = [space_cjk(record.prediction) for record in records]
         gold_lists = [[space_cjk(gold) for gold in record.golds] for record in records]
         width = max(len(golds) for golds in gold_lists)
@@ -351,6 +363,36 @@ class QAScorer:
                 result["signature"] = str(metric.get_signature())
         return result
 
+    def _profile_corpus_bleu(self, records: Sequence[QARecord]) -> dict[str, Any]:
+        """Corpus BLEU-1..4 by the profile's own definition, with BLEU-4's precisions and brevity penalty."""
+        predictions = [record.prediction for record in records]
+        gold_lists = [record.golds for record in records]
+        result: dict[str, Any] = {}
+        for n in BLEU_ORDERS:
+            stats = self.profile.bleu(predictions, gold_lists, n)
+            result[f"corpus_bleu_{n}"] = stats.score
+        result.update(
+            precisions=stats.precisions,
+            brevity_penalty=stats.brevity_penalty,
+            hypothesis_length=stats.hypothesis_length,
+            reference_length=stats.reference_length,
+            signature=f"{self.profile.name} BLEU (13a tokens, case kept, no smoothing, shortest gold length)",
+        )
+        return result
+
+    def tokenisation(self) -> str:
+        """How the chosen token-based metrics split text, beginning with the CJK rule."""
+        tokenisers = {
+            "cover_em": "CoverEM: whitespace words of the normalised text (CJK not split)",
+            "f1": "F1: whitespace words of the normalised text",
+            "rouge": f"ROUGE: {self.profile.rouge_tokens}",
+            "bleu": "BLEU: 13a (sacrebleu's), case kept" if self.profile.own_bleu else "BLEU: sacrebleu 13a",
+            "meteor": "METEOR: nltk wordpunct",
+            "diversity": "distinct-n: whitespace words",
+        }
+        chosen = [tokenisers[group] for group in self.groups if group in tokenisers]
+        return "; ".join([CJK_RULE, *chosen])
+
     def settings(self) -> dict[str, Any]:
         """What ran, with which settings: stored in every report."""
         definitions = self.profile.describe()
@@ -361,9 +403,17 @@ class QAScorer:
             "definitions": {
                 group: definitions[group] for group in self.groups if group in definitions
             },
-            **RULES,
+            "tokenisation": self.tokenisation(),
+            "empty_gold": EMPTY_GOLD_RULE,
         }
-        if "bleu" in self.groups:
+        if "bleu" in self.groups and self.profile.own_bleu:
+            described["bleu"] = {
+                "definition": self.profile.definitions["bleu"],
+                "orders": "BLEU-n is the geometric mean of 1..n-gram precisions times the brevity penalty",
+                "scale": "0-1",
+                "references": "all gold aliases of a question",
+            }
+        elif "bleu" in self.groups:
             described["bleu"] = {
                 "library": "sacrebleu",
                 # The reference count in a signature is per call; here it varies by question.

@@ -8,21 +8,23 @@ definitions, written from that tool's published source:
 - ``ultrarag``: UltraRAG's evaluation server (``servers/evaluation/src/evaluation.py``).
 - ``flashrag``: FlashRAG's evaluator (``flashrag/evaluator/metrics.py`` and ``utils.py``).
 
-Two rules hold in every profile, where the tools differ or fail (see ``RULES``): CJK text is scored per
-character (:mod:`harness.qa.tokenize`), and a gold alias that normalises to nothing never matches.
+Two rules hold in every profile, where the tools differ or fail: CJK text is scored per character
+(:mod:`harness.qa.tokenize`), and a gold alias that normalises to nothing never matches (``EMPTY_GOLD_RULE``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.qa.tokenize import TOKENISATION, split_cjk_tokens, word_tokens
+from harness.qa.tokenize import space_cjk, split_cjk_tokens, word_tokens
 
 DEFAULT_PROFILE = "squad"
 ROUGE_KEYS = ("rouge_1", "rouge_2", "rouge_l")
@@ -30,7 +32,6 @@ EMPTY_GOLD_RULE = (
     "a gold alias that normalises to nothing (e.g. 'The', '!!!') matches no prediction: it scores 0 on EM, "
     "Acc, StringEM, CoverEM and F1 (and still counts in StringEM's denominator)"
 )
-RULES = {"tokenisation": TOKENISATION, "empty_gold": EMPTY_GOLD_RULE}
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _ASCII_PUNCTUATION = frozenset(string.punctuation)
@@ -110,7 +111,8 @@ def _best_rouge(scorer: Any, golds: Sequence[str], prediction: str) -> RougeScor
     """Each ROUGE variant's best F-measure over the golds (rouge-score's ``score_multi`` picks the same)."""
     scores = [scorer.score(gold, prediction) for gold in golds]
     return tuple(  # type: ignore[return-value]
-        max((score[name].fmeasure for score in scores), default=0.0) for name in ("rouge1", "rouge2", "rougeL")
+        max((score[name].fmeasure for score in scores), default=0.0)
+        for name in ("rouge1", "rouge2", "rougeL")
     )
 
 
@@ -138,6 +140,8 @@ class AnswerProfile:
         "f1": "SQuAD token F1 (bag of tokens) of the normalised texts",
         "rouge": "rouge-score F-measure of ROUGE-1/2/L on the raw texts, lower-cased, no stemming",
     }
+    rouge_tokens = "runs of letters, marks and digits of any script, lower-cased"
+    own_bleu = False  # True when :meth:`bleu` replaces the harness's sacrebleu BLEU
     normalise: Callable[[str], str] = staticmethod(normalize_answer)
 
     def __init__(self) -> None:
@@ -177,6 +181,12 @@ class AnswerProfile:
             self._rouge = _rouge_score_scorer(stem=False)
         return _best_rouge(self._rouge, golds, prediction)
 
+    def bleu(
+        self, predictions: Sequence[str], gold_lists: Sequence[Sequence[str]], order: int
+    ) -> BleuStats | None:
+        """The profile's own BLEU over these questions, or ``None`` for the harness's (sacrebleu)."""
+        return None
+
 
 class UltraRAGProfile(AnswerProfile):
     """UltraRAG's evaluation server: its own normalisation everywhere, StringEM as equal golds, stemmed ROUGE."""
@@ -197,6 +207,7 @@ class UltraRAGProfile(AnswerProfile):
         "of words longer than 3 characters",
     }
     normalise = staticmethod(normalize_ultrarag)
+    rouge_tokens = "runs of letters, marks and digits of any script in the normalised text, Porter-stemmed"
 
     def string_em(self, prediction: str, gold_groups: Sequence[Sequence[str]]) -> float:
         golds = [alias for group in gold_groups for alias in group]
@@ -227,10 +238,15 @@ class FlashRAGProfile(AnswerProfile):
         "cover_em": "not a FlashRAG metric: the squad profile's definition",
         "f1": "token F1 of the normalised texts; a gold is skipped (0) when the normalised prediction or gold "
         "is 'yes', 'no' or 'noanswer' and the two differ",
+        "bleu": "FlashRAG's BLEU: 13a tokens with case kept, n-gram counts clipped by the most any gold has, "
+        "no smoothing (0 when a precision is 0), brevity penalty against the shortest gold",
         "rouge": "the 'rouge' package's F (2PR/(P+R+1e-8)) on the raw texts: case-sensitive, split into "
         "sentences at '.', words at spaces, n-grams counted once (sets), ROUGE-L as union-LCS over "
         "sentences divided by distinct words; text with no sentence scores 0 (FlashRAG stops with an error)",
     }
+
+    rouge_tokens = "words between spaces, case kept, sentences split at '.'"
+    own_bleu = True
 
     def f1(self, prediction: str, golds: Sequence[str]) -> float:
         normalised = self.normalise(prediction)
@@ -240,6 +256,9 @@ class FlashRAGProfile(AnswerProfile):
                 continue
             best = max(best, _f1(answer_tokens(normalised), answer_tokens(gold)))
         return best
+
+    def bleu(self, predictions: Sequence[str], gold_lists: Sequence[Sequence[str]], order: int) -> BleuStats:
+        return flashrag_bleu(predictions, gold_lists, order)
 
     def rouge(self, prediction: str, golds: Sequence[str]) -> RougeScores:
         scores = [sentence_set_rouge(prediction, gold) for gold in golds]
@@ -312,6 +331,62 @@ def sentence_set_rouge(prediction: str, gold: str) -> RougeScores:
     return (scores[0], scores[1], scores[2])
 
 
+# ---------------------------------------------------------------------------------------------------------
+# FlashRAG's BLEU: the NMT-style corpus BLEU it ships, over 13a tokens
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BleuStats:
+    """A BLEU score (0-1) with its n-gram precisions, brevity penalty and token counts."""
+
+    score: float
+    precisions: list[float]
+    brevity_penalty: float
+    hypothesis_length: int
+    reference_length: int
+
+
+def _13a_tokens(text: str) -> list[str]:
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    return Tokenizer13a()(space_cjk(text)).split()
+
+
+def _ngram_counts(tokens: Sequence[str], max_order: int) -> Counter:
+    return Counter(
+        tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1)
+    )
+
+
+def flashrag_bleu(
+    predictions: Sequence[str], gold_lists: Sequence[Sequence[str]], max_order: int
+) -> BleuStats:
+    """BLEU over these questions as FlashRAG computes it; 0 where FlashRAG would divide by zero."""
+    matches, possible = [0] * max_order, [0] * max_order
+    hypothesis_length = reference_length = 0
+    for prediction, golds in zip(predictions, gold_lists, strict=True):
+        hypothesis = _13a_tokens(prediction)
+        references = [_13a_tokens(gold) for gold in golds]
+        hypothesis_length += len(hypothesis)
+        reference_length += min(len(reference) for reference in references)
+        # Each n-gram is clipped by the largest count any one gold has (a union of the golds' counts).
+        merged: Counter = Counter()
+        for reference in references:
+            merged |= _ngram_counts(reference, max_order)
+        for gram, count in (_ngram_counts(hypothesis, max_order) & merged).items():
+            matches[len(gram) - 1] += count
+        for n in range(1, max_order + 1):
+            possible[n - 1] += max(len(hypothesis) - n + 1, 0)
+    precisions = [match / total if total else 0.0 for match, total in zip(matches, possible, strict=True)]
+    if not hypothesis_length or not reference_length:
+        return BleuStats(0.0, precisions, 0.0, hypothesis_length, reference_length)
+    ratio = hypothesis_length / reference_length
+    penalty = 1.0 if ratio > 1.0 else math.exp(1 - 1 / ratio)
+    mean = math.exp(sum(math.log(p) for p in precisions) / max_order) if min(precisions) > 0 else 0.0
+    return BleuStats(mean * penalty, precisions, penalty, hypothesis_length, reference_length)
+
+
 PROFILES: dict[str, type[AnswerProfile]] = {
     profile.name: profile for profile in (AnswerProfile, UltraRAGProfile, FlashRAGProfile)
 }
@@ -324,4 +399,3 @@ def get_profile(name: str | None) -> AnswerProfile:
     if chosen not in PROFILES:
         raise HarnessError(f"unknown answer-metric profile {name!r}; choose from {', '.join(PROFILE_NAMES)}")
     return PROFILES[chosen]()
-

@@ -12,10 +12,8 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 
-TOKENISATION = (
-    "CJK characters (Han, kana, Hangul, Bopomofo) are one token each; other scripts are split into words "
-    "(F1 and CoverEM on whitespace of the normalised text; ROUGE on runs of letters, marks and digits of any "
-    "script; BLEU with sacrebleu's 13a; METEOR with nltk's wordpunct)"
+CJK_RULE = (
+    "CJK characters (Han, kana, Hangul, Bopomofo) are one token each, other scripts are split into words"
 )
 
 # Inclusive code point ranges scored per character.
