@@ -29,7 +29,7 @@ import pytest
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.qa.data import QARecord
-from harness.qa.metrics import QAScorer
+from harness.qa.metrics import QAScorer, distinct_n
 from harness.qa.profiles import PROFILE_NAMES, get_profile, normalize_ultrarag
 from harness.qa.tokenize import space_cjk, split_cjk, word_tokens
 
@@ -510,6 +510,16 @@ def test_cjk_tokens() -> None:
     assert split_cjk("") == [""] and split_cjk("café") == ["café"]
     assert word_tokens("Café, 東京タワー! x_y") == ["café", "東", "京", "タ", "ワ", "ー", "x", "y"]
     assert space_cjk("abc") == "abc" and space_cjk("a北b").split() == ["a", "北", "b"]
+
+
+def test_cjk_meteor_and_distinct_n_per_character() -> None:
+    # 北京 vs 北京: two matched tokens in one chunk -> P = R = 1, penalty 0.5 * (1/2)^3 -> 1 - 0.0625.
+    # (As one token it was one match in one chunk: penalty 0.5 -> 0.5.)
+    scorer = QAScorer(["meteor"], synonyms=False)
+    assert scorer.score(_record("北京", ["北京"]))["meteor"] == pytest.approx(0.9375)
+    # 北京北京: tokens 北 京 北 京 -> 2 distinct of 4 unigrams; bigrams 北京, 京北, 北京 -> 2 of 3.
+    assert distinct_n(["北京北京"], 1) == 0.5
+    assert distinct_n(["北京北京"], 2) == pytest.approx(2 / 3)
 
 
 def test_unicode_rouge_tokens_equal_rouge_score_on_ascii() -> None:
