@@ -10,9 +10,9 @@ import pytest
 from harness.core.errors import HarnessError
 from harness.qa.data import QARecord
 from harness.qa.metrics import ALL_SCORE_KEYS, QAScorer, distinct_n, find_wordnet, resolve_metrics
-from harness.qa.profiles import AnswerProfile, normalize_answer
+from harness.qa.profiles import get_profile, normalize_answer
 
-SQUAD = AnswerProfile()
+SQUAD = get_profile("squad")
 exact_match, accuracy, cover_em, string_em, token_f1 = SQUAD.em, SQUAD.acc, SQUAD.cover_em, SQUAD.string_em, SQUAD.f1
 
 MOON_GOLDS = ["14 December 1972 UTC", "December 1972"]
