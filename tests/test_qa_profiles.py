@@ -577,6 +577,18 @@ def test_qa_eval_names_the_profile_everywhere(tmp_path, capsys) -> None:
     assert "profile: squad" in capsys.readouterr().out
 
 
+def test_qa_eval_counts_golds_that_normalise_to_nothing(tmp_path, capsys) -> None:
+    rows = [*ROWS, {"id": 3, "golden_answers": ["The", "Paris"], "pred_answer": "Paris"}]
+    predictions = _write(tmp_path / "answers.jsonl", rows)
+    report_path = tmp_path / "report.json"
+    assert main(["qa-eval", predictions, "--metrics", "em", "--output", str(report_path)]) == 0
+    assert "1 question(s) have a gold answer that normalises to nothing under profile squad" in (
+        capsys.readouterr().err
+    )
+    summary = json.loads(report_path.read_text())["predictions"]
+    assert summary["empty_golds"] == 1 and summary["empty_gold_examples"] == ["3"]
+
+
 def test_qa_compare_names_the_profile(tmp_path, capsys) -> None:
     a = _write(tmp_path / "a.jsonl", ROWS)
     b = _write(tmp_path / "b.jsonl", [{**row, "pred_answer": "nothing"} for row in ROWS])

@@ -10,7 +10,7 @@ from typing import Any
 from harness.cli.common import add_significance_arguments, significance_settings
 from harness.core.fileio import atomic_write_json, file_digest
 from harness.evaluation.compare import QA_PAIRING_RULE
-from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
+from harness.qa.compare import DEFAULT_COMPARE_METRICS, MAX_LISTED_IDS, compare_answers, comparison_report
 from harness.qa.data import QAFile, read_predictions
 from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
 from harness.qa.profiles import DEFAULT_PROFILE, PROFILE_NAMES
@@ -122,6 +122,18 @@ def _read(path: Path, args: argparse.Namespace) -> QAFile:
     return qa_file
 
 
+def _empty_golds(qa_file: QAFile, scorer: QAScorer) -> dict[str, Any]:
+    """Warn about golds that normalise to nothing (they match no prediction); their count for the report."""
+    ids = scorer.empty_gold_ids(qa_file.records)
+    if ids:
+        print(
+            f"warning: {qa_file.path}: {len(ids)} question(s) have a gold answer that normalises to nothing "
+            f"under profile {scorer.profile.name}, e.g. id {ids[0]!r}; such a gold matches no prediction",
+            file=sys.stderr,
+        )
+    return {"empty_golds": len(ids), "empty_gold_examples": ids[:MAX_LISTED_IDS]}
+
+
 def _file_summary(qa_file: QAFile) -> dict[str, Any]:
     return {
         "path": str(qa_file.path),
@@ -156,7 +168,7 @@ def run_eval(args: argparse.Namespace) -> int:
     result = scorer.evaluate(qa_file.records)
     report: dict[str, Any] = {
         "profile": scorer.profile.name,
-        "predictions": _file_summary(qa_file),
+        "predictions": {**_file_summary(qa_file), **_empty_golds(qa_file, scorer)},
         "keys": {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key},
         "metrics": result.keys,
         "settings": scorer.settings(),
@@ -210,7 +222,10 @@ def run_compare(args: argparse.Namespace) -> int:
             f"{result.gold_differs[0]!r}; each file is scored against its own gold",
             file=sys.stderr,
         )
-    files = {"a": _file_summary(file_a), "b": _file_summary(file_b)}
+    files = {
+        "a": {**_file_summary(file_a), **_empty_golds(file_a, scorer)},
+        "b": {**_file_summary(file_b), **_empty_golds(file_b, scorer)},
+    }
     if args.output:
         atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
 

@@ -442,6 +442,12 @@ class QAScorer:
         described["empty_prediction"] = "scored 0 on every metric"
         return described
 
+    def empty_gold_ids(self, records: Sequence[QARecord]) -> list[str]:
+        """Questions with a gold alias that normalises to nothing under the profile (it matches nothing)."""
+        if not {"em", "acc", "string_em", "cover_em", "f1"} & set(self.groups):
+            return []
+        return [record.qid for record in records if not all(map(self.profile.normalise, record.golds))]
+
     def evaluate(self, records: Sequence[QARecord]) -> QAEvaluation:
         """Per-question scores, their means, and the corpus-level BLEU and distinct-n."""
         per_question = {record.qid: self.score(record) for record in records}
