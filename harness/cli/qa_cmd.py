@@ -186,8 +186,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
     counts = qa_file.warnings()
     print(
-        f"{qa_file.path}: {len(qa_file.records)} questions, profile {scorer.profile.name}, {counts['empty_predictions']} empty predictions, "
-        f"{counts['duplicate_ids']} repeated ids dropped"
+        f"{qa_file.path}: {len(qa_file.records)} questions, profile {scorer.profile.name}, "
+        f"{counts['empty_predictions']} empty predictions, {counts['duplicate_ids']} repeated ids dropped"
     )
     _print_rows([["metric", "score"]] + [[name, f"{value:.4f}"] for name, value in result.aggregate.items()])
     _print_settings_notes(scorer)
