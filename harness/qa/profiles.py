@@ -14,6 +14,7 @@ Two rules hold in every profile, where the tools differ or fail: CJK text is sco
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -48,12 +49,14 @@ RougeScores = tuple[float, float, float]
 # ---------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_answer(text: str) -> str:
     """SQuAD v1.1 (also FlashRAG's): lower-case, drop ASCII punctuation, drop a/an/the, collapse whitespace."""
     no_punctuation = "".join(char for char in text.lower() if char not in _ASCII_PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", no_punctuation).split())
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_ultrarag(text: str) -> str:
     """UltraRAG: whole answer "True"/"False" -> yes/no, "_" -> space, lower-case, punctuation -> space,
     drop a/an/the, collapse whitespace.
@@ -93,7 +96,8 @@ def _rouge_score_scorer(stem: bool) -> Any:
 
     class UnicodeTokenizer(tokenizers.Tokenizer):
         def __init__(self) -> None:
-            self._stem = porter.PorterStemmer().stem if stem else None
+            # Memoised: answers repeat the same words, and stemming is most of ROUGE's time.
+            self._stem = functools.lru_cache(maxsize=1 << 16)(porter.PorterStemmer().stem) if stem else None
 
         def tokenize(self, text: str) -> list[str]:
             tokens = word_tokens(text)

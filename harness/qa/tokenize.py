@@ -9,6 +9,7 @@ tokenised exactly as before, so English scores still match the tools'.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 
@@ -34,10 +35,17 @@ _CJK_RANGES = (
 )
 
 
+_CJK_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in _CJK_RANGES)
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+# A CJK character, or a run of anything else: the pieces split_cjk cuts a token into.
+_CJK_PIECES = re.compile(f"[{_CJK_CLASS}]|[^{_CJK_CLASS}]+")
+# On ASCII text a word is what rouge-score keeps: a run of a-z and 0-9 (after lower-casing).
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
 def is_cjk(char: str) -> bool:
     """Whether ``char`` is scored as a token of its own."""
-    code = ord(char)
-    return any(low <= code <= high for low, high in _CJK_RANGES)
+    return _CJK.match(char) is not None
 
 
 def split_cjk(token: str) -> list[str]:
@@ -45,21 +53,9 @@ def split_cjk(token: str) -> list[str]:
 
     A token without CJK characters comes back unchanged, even the empty string (FlashRAG's ROUGE counts one).
     """
-    if not any(is_cjk(char) for char in token):
+    if token.isascii() or not _CJK.search(token):
         return [token]
-    pieces: list[str] = []
-    run = ""
-    for char in token:
-        if is_cjk(char):
-            if run:
-                pieces.append(run)
-                run = ""
-            pieces.append(char)
-        else:
-            run += char
-    if run:
-        pieces.append(run)
-    return pieces
+    return _CJK_PIECES.findall(token)
 
 
 def split_cjk_tokens(tokens: Iterable[str]) -> list[str]:
@@ -69,9 +65,9 @@ def split_cjk_tokens(tokens: Iterable[str]) -> list[str]:
 
 def space_cjk(text: str) -> str:
     """``text`` with a space on each side of every CJK character, for tokenisers that split on spaces."""
-    if not any(is_cjk(char) for char in text):
+    if text.isascii():
         return text
-    return "".join(f" {char} " if is_cjk(char) else char for char in text)
+    return _CJK.sub(r" \g<0> ", text)
 
 
 def _is_word_char(char: str) -> bool:
@@ -85,9 +81,12 @@ def word_tokens(text: str) -> list[str]:
     On ASCII text this is rouge-score's tokeniser (lower-case, keep runs of a-z and 0-9), which drops every
     other character: "café" became "caf" and Chinese vanished.
     """
+    text = text.lower()
+    if text.isascii():
+        return _ASCII_WORD.findall(text)
     tokens: list[str] = []
     run = ""
-    for char in text.lower():
+    for char in text:
         if is_cjk(char):
             if run:
                 tokens.append(run)
