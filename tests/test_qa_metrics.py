@@ -9,19 +9,11 @@ import pytest
 
 from harness.core.errors import HarnessError
 from harness.qa.data import QARecord
-from harness.qa.metrics import (
-    ALL_SCORE_KEYS,
-    QAScorer,
-    accuracy,
-    cover_em,
-    distinct_n,
-    exact_match,
-    find_wordnet,
-    normalize_answer,
-    resolve_metrics,
-    string_em,
-    token_f1,
-)
+from harness.qa.metrics import ALL_SCORE_KEYS, QAScorer, distinct_n, find_wordnet, resolve_metrics
+from harness.qa.profiles import get_profile, normalize_answer
+
+SQUAD = get_profile("squad")
+exact_match, accuracy, cover_em, string_em, token_f1 = SQUAD.em, SQUAD.acc, SQUAD.cover_em, SQUAD.string_em, SQUAD.f1
 
 MOON_GOLDS = ["14 December 1972 UTC", "December 1972"]
 MOON_PREDICTION = "December 14, 1973"

@@ -10,9 +10,10 @@ from typing import Any
 from harness.cli.common import add_significance_arguments, significance_settings
 from harness.core.fileio import atomic_write_json, file_digest
 from harness.evaluation.compare import QA_PAIRING_RULE
-from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
+from harness.qa.compare import DEFAULT_COMPARE_METRICS, MAX_LISTED_IDS, compare_answers, comparison_report
 from harness.qa.data import QAFile, read_predictions
 from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
+from harness.qa.profiles import DEFAULT_PROFILE, PROFILE_NAMES
 
 _EXAMPLE_LINE = (
     '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '
@@ -39,6 +40,14 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--profile",
+        choices=PROFILE_NAMES,
+        default=DEFAULT_PROFILE,
+        help="whose definitions of the answer metrics (EM, Acc, StringEM, CoverEM, F1, ROUGE) to use: squad "
+        "(SQuAD/ALCE), ultrarag (UltraRAG's evaluation server) or flashrag (FlashRAG's evaluator); named in "
+        "every output (default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-synonyms",
         action="store_true",
         help=f"run METEOR's exact and stem stages only, even when WordNet is installed (it is looked for in "
@@ -52,10 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score generated answers: EM, Acc, StringEM, CoverEM, F1, ROUGE, BLEU, METEOR, distinct-n",
         description="Score a JSONL file of predictions against gold answers, per question and in aggregate. "
         f"One JSON object per line, e.g. {_EXAMPLE_LINE}. Gold answers are a string, a list of aliases, "
-        "or a list of alias lists (ASQA: StringEM counts the groups found). EM, Acc, StringEM, CoverEM and "
-        "F1 use SQuAD normalisation; ROUGE (rouge-score), BLEU (sacrebleu) and METEOR (nltk) use their "
-        "libraries' tokenisation. An empty prediction scores 0 and is counted; a repeated id keeps its "
-        "first line.",
+        "or a list of alias lists (ASQA: StringEM counts the groups found). EM, Acc, StringEM, CoverEM, "
+        "F1 and ROUGE follow --profile (squad: SQuAD normalisation, rouge-score); BLEU (sacrebleu) and "
+        "METEOR (nltk) use their libraries' tokenisation. CJK text is scored per character. An empty "
+        "prediction scores 0 and is counted; a repeated id keeps its first line.",
     )
     evaluate.add_argument("predictions", type=Path, help="JSONL file of predictions with gold answers")
     _add_input_options(evaluate)
@@ -113,6 +122,18 @@ def _read(path: Path, args: argparse.Namespace) -> QAFile:
     return qa_file
 
 
+def _empty_golds(qa_file: QAFile, scorer: QAScorer) -> dict[str, Any]:
+    """Warn about golds that normalise to nothing (they match no prediction); their count for the report."""
+    ids = scorer.empty_gold_ids(qa_file.records)
+    if ids:
+        print(
+            f"warning: {qa_file.path}: {len(ids)} question(s) have a gold answer that normalises to nothing "
+            f"under profile {scorer.profile.name}, e.g. id {ids[0]!r}; such a gold matches no prediction",
+            file=sys.stderr,
+        )
+    return {"empty_golds": len(ids), "empty_gold_examples": ids[:MAX_LISTED_IDS]}
+
+
 def _file_summary(qa_file: QAFile) -> dict[str, Any]:
     return {
         "path": str(qa_file.path),
@@ -129,7 +150,11 @@ def _print_rows(rows: list[list[str]]) -> None:
 
 
 def _print_settings_notes(scorer: QAScorer) -> None:
-    print(f"normalisation: {scorer.settings()['normalisation']}")
+    settings = scorer.settings()
+    print(f"profile: {settings['profile']} ({settings['profile_summary']})")
+    print(f"normalisation: {settings['normalisation']}")
+    print(f"tokenisation: {settings['tokenisation']}")
+    print(f"empty gold: {settings['empty_gold']}")
     if "meteor" in scorer.groups:
         wordnet = scorer.wordnet
         where = f"WordNet {wordnet.version} at {wordnet.path}" if wordnet.reader is not None else wordnet.note
@@ -139,10 +164,11 @@ def _print_settings_notes(scorer: QAScorer) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     keys = _metric_names(args.metrics, None)
     qa_file = _read(args.predictions, args)
-    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
+    scorer = QAScorer(keys, synonyms=not args.no_synonyms, profile=args.profile)
     result = scorer.evaluate(qa_file.records)
     report: dict[str, Any] = {
-        "predictions": _file_summary(qa_file),
+        "profile": scorer.profile.name,
+        "predictions": {**_file_summary(qa_file), **_empty_golds(qa_file, scorer)},
         "keys": {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key},
         "metrics": result.keys,
         "settings": scorer.settings(),
@@ -160,8 +186,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
     counts = qa_file.warnings()
     print(
-        f"{qa_file.path}: {len(qa_file.records)} questions, {counts['empty_predictions']} empty predictions, "
-        f"{counts['duplicate_ids']} repeated ids dropped"
+        f"{qa_file.path}: {len(qa_file.records)} questions, profile {scorer.profile.name}, "
+        f"{counts['empty_predictions']} empty predictions, {counts['duplicate_ids']} repeated ids dropped"
     )
     _print_rows([["metric", "score"]] + [[name, f"{value:.4f}"] for name, value in result.aggregate.items()])
     _print_settings_notes(scorer)
@@ -182,7 +208,7 @@ def run_compare(args: argparse.Namespace) -> int:
     keys = _metric_names(args.metrics, DEFAULT_COMPARE_METRICS)
     settings = significance_settings(args)
     file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)
-    scorer = QAScorer(keys, synonyms=not args.no_synonyms)
+    scorer = QAScorer(keys, synonyms=not args.no_synonyms, profile=args.profile)
     result = compare_answers(file_a, file_b, scorer, settings)
     for path, ids in ((args.system_a, result.only_a), (args.system_b, result.only_b)):
         if ids:
@@ -196,11 +222,14 @@ def run_compare(args: argparse.Namespace) -> int:
             f"{result.gold_differs[0]!r}; each file is scored against its own gold",
             file=sys.stderr,
         )
-    files = {"a": _file_summary(file_a), "b": _file_summary(file_b)}
+    files = {
+        "a": {**_file_summary(file_a), **_empty_golds(file_a, scorer)},
+        "b": {**_file_summary(file_b), **_empty_golds(file_b, scorer)},
+    }
     if args.output:
         atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
 
-    print(f"A: {file_a.path}  B: {file_b.path}")
+    print(f"A: {file_a.path}  B: {file_b.path}  profile: {scorer.profile.name}")
     print(
         f"paired questions: {len(result.paired)}; only in A: {len(result.only_a)}; "
         f"only in B: {len(result.only_b)}"

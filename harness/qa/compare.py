@@ -92,6 +92,7 @@ def comparison_report(
 ) -> dict[str, Any]:
     """The JSON report: the files, how questions were paired, the settings and one row per metric."""
     return {
+        "profile": scoring["profile"],
         **files,
         "pairing_rule": QA_PAIRING_RULE,
         "paired_questions": len(result.paired),

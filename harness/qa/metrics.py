@@ -1,21 +1,20 @@
 """Generation metrics for RAG answers, per question and in aggregate.
 
-Answer-matching metrics (EM, Acc, StringEM, CoverEM, token F1) compare SQuAD-normalised text and take the
-best gold. ROUGE, BLEU and METEOR come from their reference libraries (``rouge-score``, ``sacrebleu``,
-``nltk``) with the settings recorded by :meth:`QAScorer.settings`, so a report says exactly what ran.
-An empty prediction scores 0 on every metric.
+Answer-matching metrics (EM, Acc, StringEM, CoverEM, token F1) and ROUGE follow the chosen answer-metric
+profile (:mod:`harness.qa.profiles`: squad, ultrarag or flashrag) and take the best gold. BLEU and METEOR
+come from their reference libraries (``sacrebleu``, ``nltk``). CJK text is scored per character
+(:mod:`harness.qa.tokenize`). :meth:`QAScorer.settings` records the profile and every setting, so a report
+says exactly what ran. An empty prediction scores 0 on every metric.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import logging
 import os
 import re
 import string
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,9 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.qa.data import QARecord
+from harness.qa.profiles import EMPTY_GOLD_RULE, AnswerProfile, get_profile
+from harness.qa.tokenize import CJK_RULE, space_cjk, split_cjk_tokens
 
-NORMALISATION = (
-    "SQuAD: lower-case, remove ASCII punctuation, remove the articles a/an/the, collapse whitespace "
-    "(EM, Acc, StringEM, CoverEM, F1)"
-)
 # Metric group -> the per-question score keys it produces; order is the report's order.
 METRIC_GROUPS: dict[str, tuple[str, ...]] = {
     "em": ("em",),
@@ -46,84 +43,10 @@ DIVERSITY_ORDERS = (1, 2)
 METEOR_PARAMETERS = {"alpha": 0.9, "beta": 3.0, "gamma": 0.5}
 
 _PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Normalisation and the answer-matching metrics
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _strip_punctuation(text: str) -> str:
     return "".join(char for char in text if char not in _PUNCTUATION)
-
-
-def normalize_answer(text: str) -> str:
-    """The SQuAD v1.1 normalisation: lower-case, drop punctuation, drop a/an/the, collapse whitespace."""
-    return " ".join(_ARTICLES.sub(" ", _strip_punctuation(text.lower())).split())
-
-
-def _contains(prediction: str, gold: str) -> bool:
-    """Whether normalised ``gold`` is a substring of normalised ``prediction``.
-
-    Plain substring, as in the reference implementations (FlashRAG's acc, ALCE's str_em), so scores match
-    published ones and work for text without spaces; it follows that gold "1" is contained in "1972". A gold
-    that normalises to nothing (e.g. "The") never counts as contained.
-    """
-    return bool(gold) and gold in prediction
-
-
-def exact_match(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 when the normalised prediction equals some normalised gold."""
-    normalised = normalize_answer(prediction)
-    return float(any(normalised == normalize_answer(gold) for gold in golds))
-
-
-def accuracy(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 when some normalised gold is a substring of the normalised prediction."""
-    normalised = normalize_answer(prediction)
-    return float(any(_contains(normalised, normalize_answer(gold)) for gold in golds))
-
-
-def string_em(prediction: str, gold_groups: Sequence[Sequence[str]]) -> float:
-    """ASQA's StringEM: the share of gold groups with at least one alias contained in the prediction.
-
-    A flat list of aliases is one group, so there StringEM equals Acc.
-    """
-    if not gold_groups:
-        return 0.0
-    normalised = normalize_answer(prediction)
-    hits = sum(
-        any(_contains(normalised, normalize_answer(alias)) for alias in group) for group in gold_groups
-    )
-    return hits / len(gold_groups)
-
-
-def cover_em(prediction: str, golds: Sequence[str]) -> float:
-    """1.0 when every token of some normalised gold appears somewhere in the normalised prediction."""
-    predicted = set(normalize_answer(prediction).split())
-    for gold in golds:
-        tokens = normalize_answer(gold).split()
-        if tokens and all(token in predicted for token in tokens):
-            return 1.0
-    return 0.0
-
-
-def _f1_one(predicted: list[str], gold: list[str]) -> float:
-    if not predicted or not gold:
-        # SQuAD 2.0 convention: two empty answers agree, one empty answer scores 0.
-        return float(predicted == gold)
-    common = sum((Counter(predicted) & Counter(gold)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(predicted), common / len(gold)
-    return 2 * precision * recall / (precision + recall)
-
-
-def token_f1(prediction: str, golds: Sequence[str]) -> float:
-    """SQuAD token-level F1 between normalised texts (bag of tokens), the best over the golds."""
-    predicted = normalize_answer(prediction).split()
-    return max((_f1_one(predicted, normalize_answer(gold).split()) for gold in golds), default=0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -134,9 +57,10 @@ def token_f1(prediction: str, golds: Sequence[str]) -> float:
 def diversity_tokens(text: str) -> list[str]:
     """Tokens for distinct-n: lower-cased, punctuation removed, split on whitespace; articles are kept.
 
-    Articles stay because a repeated "the" is exactly the repetition distinct-n measures.
+    Articles stay because a repeated "the" is exactly the repetition distinct-n measures. CJK characters
+    count one each.
     """
-    return _strip_punctuation(text.lower()).split()
+    return split_cjk_tokens(_strip_punctuation(text.lower()).split())
 
 
 def _ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
@@ -340,16 +264,12 @@ class QAEvaluation:
 class QAScorer:
     """Scores predictions on the chosen metrics; build once per run (ROUGE, BLEU and WordNet set-up is reused)."""
 
-    def __init__(self, metrics: Iterable[str] | None = None, *, synonyms: bool = True):
+    def __init__(
+        self, metrics: Iterable[str] | None = None, *, synonyms: bool = True, profile: str | None = None
+    ):
         self.keys = resolve_metrics(metrics)
         self.groups = list(dict.fromkeys(_group_of(key) for key in self.keys))
-        self._rouge = None
-        if "rouge" in self.groups:
-            from rouge_score import rouge_scorer
-
-            # rouge-score announces its default tokeniser at INFO through absl on every scorer.
-            logging.getLogger("absl").setLevel(logging.WARNING)
-            self._rouge = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
+        self.profile: AnswerProfile = get_profile(profile)
         self._sentence_bleu = (
             {n: _bleu(n, sentence=True) for n in BLEU_ORDERS} if "bleu" in self.groups else {}
         )
@@ -369,26 +289,23 @@ class QAScorer:
         """Every chosen score for one question; all 0.0 for an empty prediction."""
         if record.is_empty:
             return dict.fromkeys(self.keys, 0.0)
-        prediction, golds = record.prediction, record.golds
+        prediction, golds, profile = record.prediction, record.golds, self.profile
         scores: dict[str, float] = {}
         for group in self.groups:
             if group == "em":
-                scores["em"] = exact_match(prediction, golds)
+                scores["em"] = profile.em(prediction, golds)
             elif group == "acc":
-                scores["acc"] = accuracy(prediction, golds)
+                scores["acc"] = profile.acc(prediction, golds)
             elif group == "string_em":
-                scores["string_em"] = string_em(prediction, record.gold_groups)
+                scores["string_em"] = profile.string_em(prediction, record.gold_groups)
             elif group == "cover_em":
-                scores["cover_em"] = cover_em(prediction, golds)
+                scores["cover_em"] = profile.cover_em(prediction, golds)
             elif group == "f1":
-                scores["f1"] = token_f1(prediction, golds)
+                scores["f1"] = profile.f1(prediction, golds)
             elif group == "rouge":
-                best = self._rouge.score_multi(golds, prediction)
-                for key, name in zip(METRIC_GROUPS["rouge"], ("rouge1", "rouge2", "rougeL"), strict=True):
-                    scores[key] = best[name].fmeasure
+                scores.update(zip(METRIC_GROUPS["rouge"], profile.rouge(prediction, golds), strict=True))
             elif group == "bleu":
-                for n, metric in self._sentence_bleu.items():
-                    scores[f"bleu_{n}"] = metric.sentence_score(prediction, golds).score / 100.0
+                scores.update(self.sentence_bleu(prediction, golds))
             elif group == "meteor":
                 scores["meteor"] = self.meteor(prediction, golds)
             elif group == "diversity":
@@ -396,15 +313,27 @@ class QAScorer:
                     scores[f"distinct_{n}"] = distinct_n([prediction], n)
         return {key: scores[key] for key in self.keys}
 
+    def sentence_bleu(self, prediction: str, golds: Sequence[str]) -> dict[str, float]:
+        """BLEU-1..4 of one answer: the profile's own BLEU, else sacrebleu's sentence BLEU."""
+        scores: dict[str, float] = {}
+        spaced = [space_cjk(gold) for gold in golds]
+        for n, metric in self._sentence_bleu.items():
+            own = self.profile.bleu([prediction], [golds], n)
+            if own is not None:
+                scores[f"bleu_{n}"] = own.score
+            else:
+                scores[f"bleu_{n}"] = metric.sentence_score(space_cjk(prediction), spaced).score / 100.0
+        return scores
+
     def meteor(self, prediction: str, golds: Sequence[str]) -> float:
         """nltk's METEOR (best over golds) on wordpunct tokens; synonyms only when WordNet was found."""
         from nltk.tokenize import wordpunct_tokenize
         from nltk.translate.meteor_score import meteor_score
 
-        references = [wordpunct_tokenize(gold) for gold in golds]
+        references = [wordpunct_tokenize(space_cjk(gold)) for gold in golds]
         return meteor_score(
             references,
-            wordpunct_tokenize(prediction),
+            wordpunct_tokenize(space_cjk(prediction)),
             stemmer=self._stemmer,
             wordnet=self._synonyms,
             **METEOR_PARAMETERS,
@@ -415,8 +344,10 @@ class QAScorer:
 
         Questions with fewer golds than the most-answered one get ``None`` references, which sacrebleu skips.
         """
-        hypotheses = [record.prediction for record in records]
-        gold_lists = [record.golds for record in records]
+        if self.profile.own_bleu:
+            return self._profile_corpus_bleu(records)
+        hypotheses = [space_cjk(record.prediction) for record in records]
+        gold_lists = [[space_cjk(gold) for gold in record.golds] for record in records]
         width = max(len(golds) for golds in gold_lists)
         streams = [[golds[i] if i < len(golds) else None for golds in gold_lists] for i in range(width)]
         result: dict[str, Any] = {}
@@ -432,20 +363,57 @@ class QAScorer:
                 result["signature"] = str(metric.get_signature())
         return result
 
+    def _profile_corpus_bleu(self, records: Sequence[QARecord]) -> dict[str, Any]:
+        """Corpus BLEU-1..4 by the profile's own definition, with BLEU-4's precisions and brevity penalty."""
+        predictions = [record.prediction for record in records]
+        gold_lists = [record.golds for record in records]
+        result: dict[str, Any] = {}
+        for n in BLEU_ORDERS:
+            stats = self.profile.bleu(predictions, gold_lists, n)
+            result[f"corpus_bleu_{n}"] = stats.score
+        result.update(
+            precisions=stats.precisions,
+            brevity_penalty=stats.brevity_penalty,
+            hypothesis_length=stats.hypothesis_length,
+            reference_length=stats.reference_length,
+            signature=f"{self.profile.name} BLEU (13a tokens, case kept, no smoothing, shortest gold length)",
+        )
+        return result
+
+    def tokenisation(self) -> str:
+        """How the chosen token-based metrics split text, beginning with the CJK rule."""
+        tokenisers = {
+            "cover_em": "CoverEM: whitespace words of the normalised text (CJK not split)",
+            "f1": "F1: whitespace words of the normalised text",
+            "rouge": f"ROUGE: {self.profile.rouge_tokens}",
+            "bleu": "BLEU: 13a (sacrebleu's), case kept" if self.profile.own_bleu else "BLEU: sacrebleu 13a",
+            "meteor": "METEOR: nltk wordpunct",
+            "diversity": "distinct-n: whitespace words",
+        }
+        chosen = [tokenisers[group] for group in self.groups if group in tokenisers]
+        return "; ".join([CJK_RULE, *chosen])
+
     def settings(self) -> dict[str, Any]:
         """What ran, with which settings: stored in every report."""
-        described: dict[str, Any] = {"normalisation": NORMALISATION}
-        if {"em", "acc", "string_em", "cover_em"} & set(self.groups):
-            described["containment"] = (
-                "Acc/StringEM: normalised gold is a substring of the normalised prediction; "
-                "CoverEM: every token of the normalised gold is a token of the normalised prediction"
-            )
-        if "rouge" in self.groups:
-            described["rouge"] = (
-                "rouge-score F1 (rouge1, rouge2, rougeL), best gold, no stemmer; its tokeniser lower-cases and "
-                "keeps only a-z and 0-9, so text in other scripts scores 0"
-            )
-        if "bleu" in self.groups:
+        definitions = self.profile.describe()
+        described: dict[str, Any] = {
+            "profile": self.profile.name,
+            "profile_summary": definitions["summary"],
+            "normalisation": definitions["normalisation"],
+            "definitions": {
+                group: definitions[group] for group in self.groups if group in definitions
+            },
+            "tokenisation": self.tokenisation(),
+            "empty_gold": EMPTY_GOLD_RULE,
+        }
+        if "bleu" in self.groups and self.profile.own_bleu:
+            described["bleu"] = {
+                "definition": self.profile.definitions["bleu"],
+                "orders": "BLEU-n is the geometric mean of 1..n-gram precisions times the brevity penalty",
+                "scale": "0-1",
+                "references": "all gold aliases of a question",
+            }
+        elif "bleu" in self.groups:
             described["bleu"] = {
                 "library": "sacrebleu",
                 # The reference count in a signature is per call; here it varies by question.
@@ -473,6 +441,12 @@ class QAScorer:
             )
         described["empty_prediction"] = "scored 0 on every metric"
         return described
+
+    def empty_gold_ids(self, records: Sequence[QARecord]) -> list[str]:
+        """Questions with a gold alias that normalises to nothing under the profile (it matches nothing)."""
+        if not {"em", "acc", "string_em", "cover_em", "f1"} & set(self.groups):
+            return []
+        return [record.qid for record in records if not all(map(self.profile.normalise, record.golds))]
 
     def evaluate(self, records: Sequence[QARecord]) -> QAEvaluation:
         """Per-question scores, their means, and the corpus-level BLEU and distinct-n."""
