@@ -16,7 +16,7 @@ from harness.core.cache import cache_entries
 from harness.models.registry import DEFAULT_MODEL
 from harness.models.resolve import resolve_model
 from harness.qa.judge import JudgeClient, JudgeSettings
-from harness.qa.metrics import token_f1
+from harness.qa.profiles import get_profile
 from harness.qa.rag import read_rag_file
 from harness.qa.rag_embed import TextEmbedder
 from harness.qa.rag_eval import RAGEvaluator
@@ -64,7 +64,7 @@ def test_embedding_metrics_equal_sentence_transformers(tmp_path: Path, st_model,
         assert scores["semantic_similarity"] == pytest.approx(similarity, abs=1e-5)
         relevance = direct_cosine(st_model, row["question"], row["answer"])
         assert scores["answer_relevance_embed"] == pytest.approx(relevance, abs=1e-5)
-        correctness = 0.75 * token_f1(row["answer"], golds) + 0.25 * similarity
+        correctness = 0.75 * get_profile("squad").f1(row["answer"], golds) + 0.25 * similarity
         assert scores["answer_correctness_embed"] == pytest.approx(correctness, abs=1e-5)
     model = report["settings"]["embedding_model"]
     assert model["model"] == DEFAULT_MODEL and model["identity"]["weights_sha256"]

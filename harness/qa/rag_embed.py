@@ -24,8 +24,11 @@ from harness.core.fileio import atomic_write_json, read_json_or_none
 from harness.encoding.encoder import Encoder
 from harness.encoding.store import write_shard
 from harness.models.resolve import ResolvedModel, resolve_model
-from harness.qa.metrics import token_f1
+from harness.qa.profiles import get_profile
 from harness.qa.rag import CORRECTNESS_WEIGHTS, RAGRow, Score
+
+# Token F1 of the non-judge answer correctness: SQuAD's definition, as qa-eval's default profile.
+_SQUAD = get_profile("squad")
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +165,7 @@ def embedding_scores(embedder: TextEmbedder, row: RAGRow, metrics: Iterable[str]
         elif name == "answer_relevance_embed":
             scores[name] = 0.0 if row.is_empty else embedder.cosine(row.question, row.answer)
         elif name == "answer_correctness_embed":
-            f1 = token_f1(row.answer or "", list(row.ground_truths))
+            f1 = _SQUAD.f1(row.answer or "", list(row.ground_truths))
             scores[name] = CORRECTNESS_WEIGHTS[0] * f1 + CORRECTNESS_WEIGHTS[1] * semantic_similarity(
                 embedder, row
             )
