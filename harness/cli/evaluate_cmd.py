@@ -9,6 +9,8 @@ from pathlib import Path
 from harness.cli.common import (
     add_qrels_duplicates_argument,
     add_significance_arguments,
+    cutoff,
+    relevance_grade,
     significance_settings,
 )
 from harness.core.errors import HarnessError
@@ -43,7 +45,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
     parser.add_argument(
         "--ks",
         nargs="+",
-        type=int,
+        type=cutoff,
         default=None,
         metavar="K",
         help="cutoffs for bare metric names, e.g. --metrics ndcg recall --ks 10 100 "
@@ -52,7 +54,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
     )
     parser.add_argument(
         "--relevance-level",
-        type=int,
+        type=relevance_grade,
         default=1,
         metavar="N",
         help="a document is relevant when rel >= N (trec_eval -l; default: %(default)s); nDCG's gain is rel itself",

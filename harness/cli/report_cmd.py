@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import (
+    MAX_DIGITS,
     add_eval_arguments,
     add_significance_arguments,
     options_from_args,
-    positive_int,
     significance_settings,
+    whole_number,
 )
 from harness.core.fileio import atomic_write
 from harness.core.paths import default_results_dir
@@ -46,7 +47,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
     add_significance_arguments(parser, correction_scope="each table's comparisons")
     parser.add_argument(
-        "--digits", type=positive_int, default=4, help="decimals printed (default: %(default)s)"
+        "--digits", type=whole_number(1, MAX_DIGITS), default=4, help="decimals printed (default: %(default)s)"
     )
 
 
