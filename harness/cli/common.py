@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.core.errors import OutputError
+from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from harness.encoding.pool import parse_devices
@@ -65,6 +67,14 @@ def number_above(low: float, high: float) -> Callable[[str], float]:
 positive_int = whole_number(1, INT32_MAX)
 cutoff = whole_number(1, INT32_MAX)
 relevance_grade = whole_number(-INT32_MAX - 1, INT32_MAX)
+
+
+def output_file(text: str) -> Path:
+    """argparse type: a file to write; refused now if it is a folder or its folder does not exist."""
+    try:
+        return check_output_file(Path(text))
+    except OutputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def probability(text: str) -> float:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_significance_arguments, significance_settings
+from harness.cli.common import add_significance_arguments, output_file, significance_settings
 from harness.core.fileio import atomic_write_json, file_digest
 from harness.evaluation.compare import QA_PAIRING_RULE
 from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also give every question's scores (in the --output report, or as a table on stdout)",
     )
-    evaluate.add_argument("--output", type=Path, default=None, help="write the full report to this JSON file")
+    evaluate.add_argument("--output", type=output_file, default=None, help="write the full report to this JSON file")
     evaluate.set_defaults(func=run_eval)
 
     compare = subparsers.add_parser(
@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_significance_arguments(
         compare, correction_scope="the metrics tested; the CI is at 1 - alpha, unadjusted"
     )
-    compare.add_argument("--output", type=Path, default=None, help="write the comparison to this JSON file")
+    compare.add_argument("--output", type=output_file, default=None, help="write the comparison to this JSON file")
     compare.set_defaults(func=run_compare)
 
 
@@ -156,7 +156,7 @@ def run_eval(args: argparse.Namespace) -> int:
             for record in qa_file.records
         ]
     if args.output:
-        atomic_write_json(args.output, report)
+        atomic_write_json(args.output, report, parents=False)
 
     counts = qa_file.warnings()
     print(
@@ -198,7 +198,8 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     files = {"a": _file_summary(file_a), "b": _file_summary(file_b)}
     if args.output:
-        atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
+        report = comparison_report(result, settings, files, scorer.settings())
+        atomic_write_json(args.output, report, parents=False)
 
     print(f"A: {file_a.path}  B: {file_b.path}")
     print(
