@@ -215,7 +215,7 @@ OUTPUT_COMMANDS = {
 }
 BAD_TARGETS = {
     "a folder": ("folder", "it is a folder"),
-    "a missing folder": ("missing/x/y.json", "does not exist"),
+    "a missing tree": ("missing/x/y.json", "folder {root}/missing does not exist"),
     "a file as folder": ("existing.txt/y.json", "is a file, not a folder"),
 }
 
@@ -224,7 +224,7 @@ BAD_TARGETS = {
 @pytest.mark.parametrize("command", OUTPUT_COMMANDS)
 def test_unwritable_output_is_refused_before_any_work(inputs, capsys, command, target) -> None:
     relative, problem = BAD_TARGETS[target]
-    path = inputs["root"] / relative
+    path, problem = inputs["root"] / relative, problem.format(root=inputs["root"])
     before = tree_digest(inputs["root"])
     code = main([*OUTPUT_COMMANDS[command](inputs), str(path)])
     assert_refused(capsys, code, str(path), problem)
@@ -273,9 +273,11 @@ def test_atomic_write_turns_os_errors_into_one_output_error(tmp_path: Path) -> N
         handle.write("partial")
         raise OSError(28, "No space left on device")
     assert target.read_bytes() == before and sorted(tmp_path.iterdir()) == [target]  # no temporary left
-    with pytest.raises(OutputError, match="folder .* does not exist"):
-        atomic_write_json(tmp_path / "no" / "such.json", {}, parents=False)
+    with pytest.raises(OutputError, match=f"folder {tmp_path / 'no'} does not exist"):
+        atomic_write_json(tmp_path / "no" / "such" / "file.json", {}, parents=False)
     assert not (tmp_path / "no").exists()
+    atomic_write_json(tmp_path / "new" / "file.json", {}, parents=False)  # its own folder, as mkdir would
+    assert (tmp_path / "new" / "file.json").read_text() == "{}\n"
 
 
 # --- FAISS parameters ----------------------------------------------------------------------------------

@@ -103,20 +103,22 @@ def output_error(path: str | Path, error: OSError) -> OutputError:
 
 
 def check_output_file(path: str | Path) -> Path:
-    """A file the user asked to have written: refuse a folder, or a parent folder that does not exist.
+    """A file the user asked to have written: refuse a folder, a file in the way, or a missing tree.
 
-    Checked before any work, so a typo costs nothing; the folder is not created, as a mistyped path
-    would otherwise silently grow a tree of folders.
+    Checked before any work, so a typo costs nothing. The file's own folder may be missing (the write
+    creates it, as ``mkdir`` would), but not its parent too: a mistyped path must not silently grow a
+    tree of folders (``/nonexistent/x/y.json``).
     """
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder; give a file name, e.g. {path / 'out.json'}")
-    parent = path.parent
-    if parent.exists() and not parent.is_dir():
-        raise OutputError(f"cannot write {path}: {parent} is a file, not a folder; choose another path")
-    if not parent.is_dir():
+    for folder in (path.parent, path.parent.parent):
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(f"cannot write {path}: {folder} is a file, not a folder; choose another path")
+    if not path.parent.parent.is_dir():
+        missing = next(folder for folder in reversed(path.parents) if not folder.exists())
         raise OutputError(
-            f"cannot write {path}: folder {parent} does not exist; create it first, or choose another path"
+            f"cannot write {path}: folder {missing} does not exist; create it first, or choose another path"
         )
     return path
 
@@ -126,8 +128,9 @@ def check_output_folder(path: str | Path) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutputError(f"cannot write into {path}: it is a file, not a folder; give a folder path")
-    if not path.exists():
-        check_output_file(path)
+    if not path.parent.is_dir():
+        what = "is a file, not a folder" if path.parent.exists() else "does not exist"
+        raise OutputError(f"cannot write into {path}: {path.parent} {what}; choose another path")
     return path
 
 
@@ -144,17 +147,16 @@ def atomic_write(
 
     Readers never see a half-written file, and a crash or a full disk leaves the previous version
     intact. Any ``OSError`` while writing (disk full, permission, a folder in the way) becomes one
-    :class:`OutputError` naming the path and the fix. ``parents=False`` (files the user named) refuses
-    a missing folder instead of creating it.
+    :class:`OutputError` naming the path and the fix. ``parents=False`` (files the user named) creates
+    at most the file's own folder and refuses a deeper missing path (:func:`check_output_file`).
     """
     path = Path(path)
-    if parents:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise output_error(path, error) from None
-    else:
+    if not parents:
         check_output_file(path)
+    try:
+        path.parent.mkdir(parents=parents, exist_ok=True)
+    except OSError as error:
+        raise output_error(path, error) from None
     if path.is_dir():
         check_output_file(path)  # raises: a folder where the file goes
     try:
