@@ -408,3 +408,52 @@ def test_disk_full_is_one_line_and_resumes_cleanly(tmp_path, capsys, small_disk,
     (theirs,) = (reference / "results").rglob("metrics.json")
     assert json.loads(ours.read_text())["metrics"] == json.loads(theirs.read_text())["metrics"]
     assert math.isfinite(json.loads(ours.read_text())["metrics"]["ndcg@10"]), line
+
+
+# --- interrupts, folder options and the CLI's last-resort OSError line --------------------------------
+
+
+def test_interrupt_while_writing_keeps_the_previous_file(inputs, capsys, monkeypatch) -> None:
+    target = inputs["root"] / "metrics.json"
+    assert main(["evaluate", str(inputs["qrels"]), str(inputs["run_a"]), "-o", str(target)]) == 0
+    capsys.readouterr()
+    before = tree_digest(inputs["root"])
+
+    def interrupted_dump(payload, handle, **kwargs):
+        handle.write('{"half": ')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("harness.core.fileio.json.dump", interrupted_dump)
+    code = main(["evaluate", str(inputs["qrels"]), str(inputs["run_b"]), "-o", str(target)])
+    assert_refused(capsys, code, "interrupted", "rerun", exit_code=130)
+    assert tree_digest(inputs["root"]) == before  # the old file whole, no temporary left
+
+
+@pytest.mark.parametrize("option", ["--results-dir", "--cache-dir", "--data-dir"])
+def test_a_file_given_as_a_folder_option_is_refused(inputs, capsys, option) -> None:
+    blocker = inputs["root"] / "existing.txt"
+    before = tree_digest(inputs["root"])
+    code = main([*eval_args(inputs["root"] / "set", "bm25", inputs["root"] / "c", inputs["root"] / "r"), option, str(blocker)])
+    assert_refused(capsys, code, option, str(blocker), "is a file, not a folder")
+    assert tree_digest(inputs["root"]) == before
+
+
+def test_os_error_below_the_writers_is_one_line(tmp_path, capsys, tiny_st_dir) -> None:
+    """A file where the cache's embeddings folder goes: the store's own mkdir fails, the CLI names it."""
+    dataset = make_beir(tmp_path / "set")
+    cache, results = tmp_path / "cache", tmp_path / "results"
+    cache.mkdir()
+    (cache / "embeddings").write_text("not a folder\n", encoding="utf-8")
+    before = tree_digest(tmp_path)
+    code = main(eval_args(dataset, tiny_st_dir, cache, results, "--workers", "1"))
+    assert_refused(capsys, code, str(cache / "embeddings"), "part of the path is a file", "move that file away")
+    assert {path: digest for path, digest in tree_digest(tmp_path).items() if path in before} == before
+    assert not results.exists()
+
+
+def test_ray_address_without_ray_is_reported(tmp_path, capsys) -> None:
+    dataset = make_beir(tmp_path / "set")
+    args = eval_args(dataset, "bm25", tmp_path / "cache", tmp_path / "results", "--ray-address", "ray://h:1")
+    assert main(args) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes[0] == "note: --ray-address has no effect without --executor ray; ignored"

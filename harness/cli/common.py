@@ -77,6 +77,14 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def folder(text: str) -> Path:
+    """argparse type: a folder the command reads or fills (it may not exist yet); a file there is refused."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a file, not a folder; give a folder path")
+    return path
+
+
 def probability(text: str) -> float:
     """argparse type: a number strictly between 0 and 1 (a significance level)."""
     try:
@@ -157,9 +165,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         default="Flat",
         help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48np[,nprobe=N]",
     )
-    parser.add_argument("--results-dir", type=Path, default=default_results_dir())
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="env HARNESS_DATA_DIR")
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
+    parser.add_argument("--results-dir", type=folder, default=default_results_dir())
+    parser.add_argument("--data-dir", type=folder, default=default_data_dir(), help="env HARNESS_DATA_DIR")
+    parser.add_argument("--cache-dir", type=folder, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
     parser.add_argument(
         "--mirror", help="URL prefix or local folder with BEIR datasets (env HARNESS_BEIR_MIRROR)"
     )

@@ -9,6 +9,7 @@ from harness.cli.common import (
     MAX_RETRIES,
     MAX_TIMEOUT,
     add_qrels_duplicates_argument,
+    folder,
     number_above,
     whole_number,
 )
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir",
-        type=Path,
+        type=folder,
         default=None,
         help="folder holding the datasets (env HARNESS_DATA_DIR, default: data/ in the working directory)",
     )

@@ -78,7 +78,7 @@ _OUTPUT_FIXES = {
     errno.EPERM: ("operation not permitted", _PERMISSION),
     errno.EROFS: ("read-only file system", "choose a writable location"),
     errno.EISDIR: ("is a folder", "give a file name, e.g. a name inside that folder"),
-    errno.ENOTDIR: ("part of the path is a file, not a folder", "fix the path"),
+    errno.ENOTDIR: ("part of the path is a file, not a folder", "move that file away, or choose another path"),
     errno.ENOENT: ("its folder does not exist", "create the folder first, or choose another path"),
     errno.EEXIST: ("already exists and is not a folder", "remove it, or choose another path"),
     errno.ENAMETOOLONG: ("name too long", "choose a shorter path"),
