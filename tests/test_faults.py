@@ -457,3 +457,28 @@ def test_ray_address_without_ray_is_reported(tmp_path, capsys) -> None:
     assert main(args) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert notes[0] == "note: --ray-address has no effect without --executor ray; ignored"
+
+
+class _Vectors:
+    """A ShardSource of random vectors kept in ``directory`` (what the FAISS index is saved beside)."""
+
+    def __init__(self, directory: Path, count: int = 2000, dim: int = 32) -> None:
+        self.vectors = np.random.default_rng(0).standard_normal((count, dim)).astype(np.float32)
+        self.directory, self.num_docs, self.dim = directory, count, dim
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def shards(self):
+        yield [f"d{i}" for i in range(self.num_docs)], self.vectors
+
+
+def test_faiss_index_on_a_full_disk_is_one_output_error(small_disk) -> None:
+    from harness.retrieval.dense import build_or_load_index
+
+    source = _Vectors(small_disk / "entry")
+    filler = fill(small_disk, keep=8 * 1024)
+    with pytest.raises(OutputError, match=f"cannot write {source.directory}/index-HNSW16.*no space left"):
+        build_or_load_index(parse_index_spec("HNSW16"), source)
+    assert list(source.directory.iterdir()) == []  # no temporary, no half index
+    filler.unlink()
+    index = build_or_load_index(parse_index_spec("HNSW16"), source)
+    assert build_or_load_index(parse_index_spec("HNSW16"), source).ntotal == index.ntotal == 2000

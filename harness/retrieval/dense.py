@@ -222,8 +222,10 @@ def build_or_load_index(spec: IndexSpec, embeddings: ShardSource, *, normalize: 
             f"--index {spec.factory!r}: FAISS cannot build it over {embeddings.num_docs:,} documents: "
             f"{_faiss_reason(error)} (choose smaller parameters, or Flat)"
         ) from None
-    with atomic_write(path, "wb") as handle:  # one error path for a full disk; never a half-written index
-        handle.write(faiss.serialize_index(index).tobytes())
+    # Streamed through atomic_write (no copy of the index in memory): a full disk is the one output
+    # error, and a killed run never leaves a half-written index under the final name.
+    with atomic_write(path, "wb") as handle:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))
     return index
 
 
