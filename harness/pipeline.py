@@ -359,8 +359,6 @@ def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -
         if not Path(dataset).is_dir():
             get_dataset_record(dataset)
     notes = []
-    if options.ray_address is not None and options.executor != "ray":
-        notes.append("--ray-address has no effect without --executor ray; ignored")
     for model in models:
         resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
         check_encoder_options(resolved, options.device, options.encoder_options)

