@@ -335,16 +335,52 @@ class PairOutcome:
     seconds: float
 
 
-def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
-    """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
+# Options that only shape dense encoding or the FAISS search, by EvalOptions field: a lexical model
+# (BM25) ignores them, so setting one is reported rather than silently dropped.
+DENSE_ONLY_OPTIONS = {
+    "batch_size": "--batch-size",
+    "device": "--device",
+    "index": "--index",
+    "shard_size": "--shard-size",
+    "trust_remote_code": "--trust-remote-code",
+    "workers": "--workers",
+    "devices": "--devices",
+    "executor": "--executor",
+    "ray_address": "--ray-address",
+}
+
+
+def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> list[str]:
+    """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working.
+
+    Returns one note per model for which some given options have no effect.
+    """
     for dataset in datasets:
         if not Path(dataset).is_dir():
             get_dataset_record(dataset)
+    notes = []
     for model in models:
         resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
         check_encoder_options(resolved, options.device, options.encoder_options)
+        unused = unused_options(resolved, options)
+        if unused:
+            verb = "has" if len(unused) == 1 else "have"
+            notes.append(
+                f"{' '.join(unused)} {verb} no effect with {model} (a lexical model: no encoder, no FAISS "
+                "index); ignored"
+            )
     options.evaluation_settings().metric_names()
     parse_index_spec(options.index)
+    return notes
+
+
+def unused_options(model: ResolvedModel, options: EvalOptions) -> list[str]:
+    """The options set away from their defaults that change nothing for ``model``."""
+    if not model.record.is_lexical:
+        return []
+    defaults = {part.name: part.default for part in fields(EvalOptions)}
+    changed = [flag for name, flag in DENSE_ONLY_OPTIONS.items() if getattr(options, name) != defaults[name]]
+    return changed + [f"--{name}" for name in options.encoder_options]
 
 
 def run_pairs(

@@ -65,7 +65,7 @@ def test_compare_refuses_duplicates_by_default(toy: Path, capsys):
     qrels, run = toy / "qrels" / "test.tsv", toy.parent / "run.trec"
     other = toy.parent / "other.trec"
     other.write_text("q1 Q0 d1 1 2.0 t\nq1 Q0 d3 2 1.0 t\n", encoding="utf-8")
-    args = ["compare", str(qrels), str(run), str(other), "--metrics", "ndcg@10", "--n-resamples", "10"]
+    args = ["compare", str(qrels), str(run), str(other), "--metrics", "ndcg@10", "--n-resamples", "100"]
     assert main(args) == 2
     _assert_one_error_line(capsys.readouterr().err, qrels)
     assert main([*args, "--qrels-duplicates", "last"]) == 0

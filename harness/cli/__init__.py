@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from harness import __version__
 from harness.core.errors import HarnessError
+from harness.core.fileio import os_error_line
 
 # Order here is the order ``harness --help`` lists the commands in.
 COMMAND_MODULES: list[str] = [
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except OSError as error:  # e.g. a full disk under a library's own writer: still one line, no traceback
+        print(f"error: {os_error_line(error)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted; finished shards and files are kept, rerun to resume", file=sys.stderr)
         return 130

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.cli.common import folder
 from harness.core.cache import KINDS, CacheEntry, cache_entries, leftovers, remove_path
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
@@ -48,7 +49,7 @@ def register(subparsers) -> None:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=folder,
         default=None,
         help="cache folder (default: env HARNESS_CACHE_DIR, else ./cache)",
     )

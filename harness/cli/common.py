@@ -4,28 +4,85 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from harness.core.errors import OutputError
+from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import PIPELINE_METRICS
-from harness.evaluation.significance import CORRECTIONS
+from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES
 from harness.evaluation.significance import TESTS as PAIRED_TESTS
 from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.pipeline import EvalOptions
 
+# The real range of every numeric option, checked when the command line is parsed. Cut-offs, depths
+# and grades end up in C ints (FAISS, trec_eval), so they stay within 32 bits.
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**32 - 1  # numpy seeds are non-negative; 32 bits as in every seeded tool
+MAX_BATCH_SIZE = 1 << 20
+MAX_WORKERS = 1024
+MAX_DIGITS = 15  # a float64 holds 15-17 significant digits
+MAX_RETRIES = 100
+MAX_TIMEOUT = 24 * 3600.0
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number greater than 0."""
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: a whole number from ``low`` to ``high``; the error names the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip().replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {low:,} to {high:,}, got {text!r}"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low:,} to {high:,}, got {text}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def number_above(low: float, high: float) -> Callable[[str], float]:
+    """argparse type: a finite number greater than ``low`` and at most ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number above {low:g} up to {high:g}, got {text!r}") from None
+        if not low < value <= high:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"must be above {low:g} and at most {high:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_int = whole_number(1, INT32_MAX)
+cutoff = whole_number(1, INT32_MAX)
+relevance_grade = whole_number(-INT32_MAX - 1, INT32_MAX)
+
+
+def output_file(text: str) -> Path:
+    """argparse type: a file to write; refused now if it is a folder or its folder does not exist."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
+        return check_output_file(Path(text))
+    except OutputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def folder(text: str) -> Path:
+    """argparse type: a folder the command reads or fills (it may not exist yet); a file there is refused."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a file, not a folder; give a folder path")
+    return path
 
 
 def probability(text: str) -> float:
@@ -33,9 +90,9 @@ def probability(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
     if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
     return value
 
 
@@ -52,13 +109,16 @@ def add_significance_arguments(parser: argparse.ArgumentParser, *, correction_sc
         "--n-resamples",
         "--resamples",
         dest="n_resamples",
-        type=positive_int,
+        type=whole_number(MIN_RESAMPLES, MAX_RESAMPLES),
         default=10_000,
         metavar="N",
-        help="permutations and bootstrap resamples (default: %(default)s)",
+        help=f"permutations and bootstrap resamples, {MIN_RESAMPLES:,} to {MAX_RESAMPLES:,} (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=int, default=42, help="random seed; same seed, same p-values (default: %(default)s)"
+        "--seed",
+        type=whole_number(0, SEED_MAX),
+        default=42,
+        help="random seed, 0 to 2^32-1; same seed, same p-values (default: %(default)s)",
     )
     parser.add_argument(
         "--alpha", type=probability, default=0.05, help="significance level (default: %(default)s)"
@@ -98,16 +158,16 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """The pipeline's options; shared by every command that encodes or evaluates (eval, encode, reproduce)."""
     parser.add_argument("--split", help="split to evaluate (default: the one the papers report)")
     parser.add_argument("--top-k", type=positive_int, default=1000, help="documents retrieved per query")
-    parser.add_argument("--batch-size", type=positive_int, default=128, help="encoding batch size")
+    parser.add_argument("--batch-size", type=whole_number(1, MAX_BATCH_SIZE), default=128, help="encoding batch size")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
     parser.add_argument(
         "--index",
         default="Flat",
         help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48np[,nprobe=N]",
     )
-    parser.add_argument("--results-dir", type=Path, default=default_results_dir())
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="env HARNESS_DATA_DIR")
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
+    parser.add_argument("--results-dir", type=folder, default=default_results_dir())
+    parser.add_argument("--data-dir", type=folder, default=default_data_dir(), help="env HARNESS_DATA_DIR")
+    parser.add_argument("--cache-dir", type=folder, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
     parser.add_argument(
         "--mirror", help="URL prefix or local folder with BEIR datasets (env HARNESS_BEIR_MIRROR)"
     )
@@ -129,9 +189,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         help="metric names (ndcg@10, map, ...) or bare families",
     )
     parser.add_argument(
-        "--ks", nargs="+", type=positive_int, help="cut-offs that bare family names expand to"
+        "--ks", nargs="+", type=cutoff, help="cut-offs that bare family names expand to"
     )
-    parser.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
+    parser.add_argument("--relevance-level", type=relevance_grade, default=1, help="minimum grade counted as relevant")
     parser.add_argument(
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
     )
@@ -149,7 +209,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     scale.add_argument(
         "--workers",
-        type=positive_int,
+        type=whole_number(1, MAX_WORKERS),
         help="encoding workers (default: one per GPU, else one CPU process per 4 cores)",
     )
     scale.add_argument("--devices", help="comma-separated devices, one worker each, e.g. cuda:0,cuda:1")

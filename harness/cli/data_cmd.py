@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.common import add_qrels_duplicates_argument
+from harness.cli.common import (
+    MAX_RETRIES,
+    MAX_TIMEOUT,
+    add_qrels_duplicates_argument,
+    folder,
+    number_above,
+    whole_number,
+)
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
 from harness.datasets.beir import load_dataset
@@ -29,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--data-dir",
-        type=Path,
+        type=folder,
         default=None,
         help="folder holding the datasets (env HARNESS_DATA_DIR, default: data/ in the working directory)",
     )
@@ -77,10 +84,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="fall back to the Hugging Face hub copies (BeIR/<name>), not pin-checked",
     )
     download.add_argument(
-        "--retries", type=int, default=3, help="attempts per URL, resuming with HTTP Range (default 3)"
+        "--retries", type=whole_number(1, MAX_RETRIES), default=3, help="attempts per URL, resuming with HTTP Range (default 3)"
     )
     download.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds without data before retrying (default 30)"
+        "--timeout", type=number_above(0, MAX_TIMEOUT), default=30.0, help="seconds without data before retrying (default 30)"
     )
     download.set_defaults(func=run_download)
 
@@ -187,8 +194,6 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    if args.retries < 1:
-        raise HarnessError(f"--retries must be at least 1, got {args.retries}")
     names = expand_dataset_names(args.names)
     records = [get_dataset_record(name) for name in names]
     mirror = args.mirror if args.mirror is not None else env_mirror()

@@ -39,7 +39,8 @@ def format_summary(outcomes: list[PairOutcome]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    check_inputs(args.dataset, args.model, options)
+    for note in check_inputs(args.dataset, args.model, options):
+        print(f"note: {note}", file=sys.stderr)
     outcomes, failures = run_pairs(args.dataset, args.model, options)
     if outcomes:
         print(format_summary(outcomes))

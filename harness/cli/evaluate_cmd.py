@@ -9,6 +9,9 @@ from pathlib import Path
 from harness.cli.common import (
     add_qrels_duplicates_argument,
     add_significance_arguments,
+    cutoff,
+    output_file,
+    relevance_grade,
     significance_settings,
 )
 from harness.core.errors import HarnessError
@@ -43,7 +46,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
     parser.add_argument(
         "--ks",
         nargs="+",
-        type=int,
+        type=cutoff,
         default=None,
         metavar="K",
         help="cutoffs for bare metric names, e.g. --metrics ndcg recall --ks 10 100 "
@@ -52,7 +55,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
     )
     parser.add_argument(
         "--relevance-level",
-        type=int,
+        type=relevance_grade,
         default=1,
         metavar="N",
         help="a document is relevant when rel >= N (trec_eval -l; default: %(default)s); nDCG's gain is rel itself",
@@ -64,7 +67,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
         "default: only judged queries present in the run",
     )
     parser.add_argument(
-        "--output", "-o", type=Path, metavar="FILE.json", help="also write the results as JSON"
+        "--output", "-o", type=output_file, metavar="FILE.json", help="also write the results as JSON"
     )
 
 
@@ -135,7 +138,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             "inputs": _inputs({"qrels": args.qrels, "run": args.run}),
             **result.to_json(args.per_query),
         }
-        atomic_write_json(args.output, payload)
+        atomic_write_json(args.output, payload, parents=False)
         print(f"wrote {args.output}")
     elif args.per_query:
         for qid, values in result.per_query.items():
@@ -194,7 +197,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "qrels": args.qrels,
             **{f"run:{label}": path for label, path in zip(labels, paths, strict=True)},
         }
-        atomic_write_json(args.output, {"inputs": _inputs(files), **result})
+        atomic_write_json(args.output, {"inputs": _inputs(files), **result}, parents=False)
         print(f"wrote {args.output}")
     return 0
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.common import add_significance_arguments, significance_settings
+from harness.cli.common import add_significance_arguments, output_file, significance_settings
 from harness.core.fileio import atomic_write_json, file_digest
 from harness.evaluation.compare import QA_PAIRING_RULE
 from harness.qa.compare import DEFAULT_COMPARE_METRICS, MAX_LISTED_IDS, compare_answers, comparison_report
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also give every question's scores (in the --output report, or as a table on stdout)",
     )
-    evaluate.add_argument("--output", type=Path, default=None, help="write the full report to this JSON file")
+    evaluate.add_argument("--output", type=output_file, default=None, help="write the full report to this JSON file")
     evaluate.set_defaults(func=run_eval)
 
     compare = subparsers.add_parser(
@@ -98,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_significance_arguments(
         compare, correction_scope="the metrics tested; the CI is at 1 - alpha, unadjusted"
     )
-    compare.add_argument("--output", type=Path, default=None, help="write the comparison to this JSON file")
+    compare.add_argument("--output", type=output_file, default=None, help="write the comparison to this JSON file")
     compare.set_defaults(func=run_compare)
 
 
@@ -182,7 +182,7 @@ def run_eval(args: argparse.Namespace) -> int:
             for record in qa_file.records
         ]
     if args.output:
-        atomic_write_json(args.output, report)
+        atomic_write_json(args.output, report, parents=False)
 
     counts = qa_file.warnings()
     print(
@@ -227,7 +227,8 @@ def run_compare(args: argparse.Namespace) -> int:
         "b": {**_file_summary(file_b), **_empty_golds(file_b, scorer)},
     }
     if args.output:
-        atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
+        report = comparison_report(result, settings, files, scorer.settings())
+        atomic_write_json(args.output, report, parents=False)
 
     print(f"A: {file_a.path}  B: {file_b.path}  profile: {scorer.profile.name}")
     print(

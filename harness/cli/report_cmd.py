@@ -7,13 +7,15 @@ import sys
 from pathlib import Path
 
 from harness.cli.common import (
+    MAX_DIGITS,
     add_eval_arguments,
     add_significance_arguments,
     options_from_args,
-    positive_int,
+    output_file,
     significance_settings,
+    whole_number,
 )
-from harness.core.fileio import atomic_write
+from harness.core.fileio import atomic_write, check_output_file, check_output_folder
 from harness.core.paths import default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS
 from harness.report.charts import write_charts
@@ -46,7 +48,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
     add_significance_arguments(parser, correction_scope="each table's comparisons")
     parser.add_argument(
-        "--digits", type=positive_int, default=4, help="decimals printed (default: %(default)s)"
+        "--digits", type=whole_number(1, MAX_DIGITS), default=4, help="decimals printed (default: %(default)s)"
     )
 
 
@@ -69,6 +71,8 @@ def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
 
 
 def run_table(args: argparse.Namespace) -> int:
+    if args.output is not None:  # refused before the tables are computed
+        (check_output_folder if args.format == "png" else check_output_file)(args.output)
     results_dir, tableset = _tableset(args)
     if args.format == "png":
         for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
@@ -76,7 +80,7 @@ def run_table(args: argparse.Namespace) -> int:
         return 0
     text = render(tableset, args.format)
     if args.output:
-        with atomic_write(args.output) as handle:
+        with atomic_write(args.output, parents=False) as handle:
             handle.write(text)
         print(args.output)
     else:
@@ -132,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "provenance of every run shown.",
     )
     _add_selection(report)
-    report.add_argument("--output", type=Path, help="HTML file to write (default: RESULTS_DIR/report.html)")
+    report.add_argument("--output", type=output_file, help="HTML file to write (default: RESULTS_DIR/report.html)")
     report.add_argument("--title", default="Retrieval benchmark report", help="page title")
     report.set_defaults(func=run_report)
 

@@ -27,3 +27,11 @@ class InputError(HarnessError):
         self.path = str(path)
         self.line = line
         self.problem = problem
+
+
+class OutputError(HarnessError):
+    """A file or folder that cannot be written (disk full, permission, a folder where a file goes...).
+
+    Built by :func:`harness.core.fileio.output_error`, the one place that turns an ``OSError`` on output
+    into a line naming the path and what to do.
+    """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import io
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from harness.core.errors import HarnessError, InputError
+from harness.core.errors import HarnessError, InputError, OutputError
 
 
 def open_text(path: str | Path) -> IO[str]:
@@ -66,35 +67,126 @@ def _first_undecodable_line(path: Path) -> tuple[int, str] | None:
     return None
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
-    """Write to a temporary file beside ``path`` and rename it into place only on success.
+# What to do about an OSError while writing, by errno; the message always names the path first.
+_SPACE = "free some space there (or write elsewhere) and rerun; finished work is kept and resumes"
+_PERMISSION = "choose a location you can write to, or change its permissions"
+_OUTPUT_FIXES = {
+    errno.ENOSPC: ("no space left on the device", _SPACE),
+    errno.EDQUOT: ("disk quota exceeded", _SPACE),
+    errno.EFBIG: ("file too large for the file system", "write it to another file system"),
+    errno.EACCES: ("permission denied", _PERMISSION),
+    errno.EPERM: ("operation not permitted", _PERMISSION),
+    errno.EROFS: ("read-only file system", "choose a writable location"),
+    errno.EISDIR: ("is a folder", "give a file name, e.g. a name inside that folder"),
+    errno.ENOTDIR: ("part of the path is a file, not a folder", "move that file away, or choose another path"),
+    errno.ENOENT: ("its folder does not exist", "create the folder first, or choose another path"),
+    errno.EEXIST: ("already exists and is not a folder", "remove it, or choose another path"),
+    errno.ENAMETOOLONG: ("name too long", "choose a shorter path"),
+}
 
-    Readers never see a half-written file, and a crash leaves the previous version intact.
+
+def os_error_line(error: OSError) -> str:
+    """One line for an ``OSError`` no stage turned into a :class:`HarnessError` (the CLI's last resort)."""
+    problem, fix = _OUTPUT_FIXES.get(error.errno, (error.strerror or str(error), "check the path and rerun"))
+    where = error.filename if error.filename is not None else "a file or folder"
+    return f"{where}: {problem}; {fix}"
+
+
+def output_error(path: str | Path, error: OSError) -> OutputError:
+    """The one error for an ``OSError`` met while writing ``path``: the path, what happened, what to do."""
+    problem, fix = _OUTPUT_FIXES.get(error.errno, (error.strerror or str(error), "check the path and rerun"))
+    # Name the folder when it is the one at fault (not the file itself, nor its temporary twin).
+    culprit = Path(error.filename) if error.filename else None
+    own = culprit is None or culprit == Path(path) or culprit.name.startswith(f".{Path(path).name}.")
+    where = "" if own else f" ({culprit})"
+    return OutputError(f"cannot write {path}: {problem}{where}; {fix}")
+
+
+def check_output_file(path: str | Path) -> Path:
+    """A file the user asked to have written: refuse a folder, a file in the way, or a missing tree.
+
+    Checked before any work, so a typo costs nothing. The file's own folder may be missing (the write
+    creates it, as ``mkdir`` would), but not its parent too: a mistyped path must not silently grow a
+    tree of folders (``/nonexistent/x/y.json``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    # mkstemp creates 0600; give the final file the usual permissions (0666 less the umask).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_name, 0o666 & ~umask)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name, e.g. {path / 'out.json'}")
+    for folder in (path.parent, path.parent.parent):
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(f"cannot write {path}: {folder} is a file, not a folder; choose another path")
+    if not path.parent.parent.is_dir():
+        missing = next(folder for folder in reversed(path.parents) if not folder.exists())
+        raise OutputError(
+            f"cannot write {path}: folder {missing} does not exist; create it first, or choose another path"
+        )
+    return path
+
+
+def check_output_folder(path: str | Path) -> Path:
+    """A folder the user asked to have files written into: may be new, but its parent must exist."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"cannot write into {path}: it is a file, not a folder; give a folder path")
+    if not path.parent.is_dir():
+        what = "is a file, not a folder" if path.parent.exists() else "does not exist"
+        raise OutputError(f"cannot write into {path}: {path.parent} {what}; choose another path")
+    return path
+
+
+def _discard(tmp_name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(tmp_name)
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | Path, mode: str = "w", encoding: str | None = "utf-8", *, parents: bool = True
+) -> Iterator[IO[Any]]:
+    """Write to a temporary file beside ``path`` and rename it into place only on success.
+
+    Readers never see a half-written file, and a crash or a full disk leaves the previous version
+    intact. Any ``OSError`` while writing (disk full, permission, a folder in the way) becomes one
+    :class:`OutputError` naming the path and the fix. ``parents=False`` (files the user named) creates
+    at most the file's own folder and refuses a deeper missing path (:func:`check_output_file`).
+    """
+    path = Path(path)
+    if not parents:
+        check_output_file(path)
     try:
+        path.parent.mkdir(parents=parents, exist_ok=True)
+    except OSError as error:
+        raise output_error(path, error) from None
+    if path.is_dir():
+        check_output_file(path)  # raises: a folder where the file goes
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise output_error(path, error) from None
+    try:
+        # mkstemp creates 0600; give the final file the usual permissions (0666 less the umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
         kwargs = {"encoding": encoding} if "b" not in mode else {}
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
+    except OSError as error:
+        _discard(tmp_name)
+        if error.filename is not None and str(error.filename) not in (tmp_name, str(path)):
+            raise  # about another file the caller touched inside the block: not this write's error
+        raise output_error(path, error) from None
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+        _discard(tmp_name)
         raise
 
 
-def atomic_write_json(path: str | Path, payload: Any) -> None:
-    """Write ``payload`` as indented JSON, atomically."""
-    with atomic_write(path) as handle:
+def atomic_write_json(path: str | Path, payload: Any, *, parents: bool = True) -> None:
+    """Write ``payload`` as indented JSON, atomically (``parents`` as in :func:`atomic_write`)."""
+    with atomic_write(path, parents=parents) as handle:
         json.dump(payload, handle, indent=2, sort_keys=False, ensure_ascii=False)
         handle.write("\n")
 

@@ -8,6 +8,7 @@ the pure statistics; this module decides what is paired and assembles the result
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -17,7 +18,14 @@ import numpy as np
 
 from harness.core.errors import HarnessError
 from harness.evaluation.metrics import as_qrels, empty_ranking_value, evaluate, parse_metrics
-from harness.evaluation.significance import CORRECTIONS, TESTS, adjust_pvalues, paired_test
+from harness.evaluation.significance import (
+    CORRECTIONS,
+    MAX_RESAMPLES,
+    MIN_RESAMPLES,
+    TESTS,
+    adjust_pvalues,
+    paired_test,
+)
 from harness.evaluation.trec import Qrels, Run
 
 # The one pairing rule (trec_eval -c's), printed or written by every output that reports a test.
@@ -53,8 +61,17 @@ class SignificanceSettings:
             )
         if not 0 < self.alpha < 1:
             raise HarnessError(f"--alpha must be between 0 and 1, got {self.alpha}")
-        if self.n_resamples < 1:
-            raise HarnessError(f"--n-resamples must be at least 1, got {self.n_resamples}")
+        if not MIN_RESAMPLES <= self.n_resamples <= MAX_RESAMPLES:
+            raise HarnessError(
+                f"--n-resamples must be from {MIN_RESAMPLES:,} to {MAX_RESAMPLES:,}, got {self.n_resamples:,}"
+            )
+        # Each tail of the percentile interval needs resamples of its own.
+        needed = math.ceil(2 / self.alpha)
+        if self.n_resamples < needed:
+            raise HarnessError(
+                f"--n-resamples {self.n_resamples:,} is too few for --alpha {self.alpha:g}: the "
+                f"{self.confidence:.2%} interval needs at least {needed:,} (raise --n-resamples or --alpha)"
+            )
         return self
 
     @property

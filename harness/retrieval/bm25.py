@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, read_json_object
+from harness.core.fileio import atomic_write_json, output_error, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +332,7 @@ def _save_index(
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     except OSError as error:
-        raise HarnessError(
-            f"cannot write the BM25 index cache in {folder.parent}: {error.strerror or error}"
-        ) from None
+        raise output_error(folder, error) from None
     try:
         # allow_pickle=False: the arrays are plain numeric .npy files; vocabulary and parameters are JSON.
         retriever.save(staging, allow_pickle=False, show_progress=False)
@@ -351,6 +349,9 @@ def _save_index(
                 raise
             # Another process finished the same index first; its copy is equivalent.
             shutil.rmtree(staging, ignore_errors=True)
+    except OSError as error:  # bm25s writes its own files: a full disk there is named like any other write
+        shutil.rmtree(staging, ignore_errors=True)
+        raise output_error(folder, error) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -9,7 +9,7 @@ shard by shard, saved beside the embeddings and reused.
 from __future__ import annotations
 
 import logging
-import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +19,22 @@ import numpy as np
 
 from harness.core.cache import CacheLayout
 from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
 TRAINING_SAMPLE = 100_000
+_EXAMPLES = "examples: Flat, HNSW32,efSearch=128, IVF1024,PQ48np,nprobe=32"
+# Factory numbers FAISS does not check itself: out of range it aborts or crashes the whole process
+# (HNSW0: SIGABRT, HNSW1: SIGSEGV, PQ8x0: SIGFPE), so they are checked before FAISS sees them.
+_FACTORY_RANGES = (
+    (re.compile(r"HNSW(\d+)"), "HNSW's links per node M", 2, 512),
+    (re.compile(r"IVF(\d+)"), "IVF's number of lists", 1, 1 << 24),
+    (re.compile(r"PQ(\d+)"), "PQ's number of sub-quantizers", 1, 4096),
+    (re.compile(r"PQ\d+x(\d+)"), "PQ's bits per code", 1, 16),
+)
+# Search parameters: FAISS takes C ints and silently returns nothing for 0 or an overflowed value.
+_SEARCH_RANGES = {"nprobe": ("IVF", 1, 1 << 24), "efSearch": ("HNSW", 1, 100_000)}
 
 
 class ShardSource(Protocol):
@@ -52,7 +64,7 @@ class IndexSpec:
 
 
 def parse_index_spec(spec: str, dim: int = 64) -> IndexSpec:
-    """Parse ``FACTORY[,nprobe=N][,efSearch=N]`` and check FAISS accepts the factory string."""
+    """Parse ``FACTORY[,nprobe=N][,efSearch=N]``; check every number's range and that FAISS accepts it."""
     import faiss
 
     parts = [part.strip() for part in spec.split(",") if part.strip()]
@@ -61,24 +73,46 @@ def parse_index_spec(spec: str, dim: int = 64) -> IndexSpec:
     for part in parts:
         if "=" in part:
             key, _, value = part.partition("=")
-            if key not in ("nprobe", "efSearch") or not value.isdigit():
+            if key not in _SEARCH_RANGES or not value.isdigit():
                 raise HarnessError(
-                    f"index spec {spec!r}: unknown parameter {part!r} (use nprobe=N or efSearch=N)"
+                    f"--index {spec!r}: unknown parameter {part!r} (use nprobe=N or efSearch=N; {_EXAMPLES})"
                 )
             params[key] = int(value)
         else:
             factory_parts.append(part)
     factory = ",".join(factory_parts) or "Flat"
+    _check_ranges(spec, factory, params)
     # PQ needs the dimension to divide by the sub-quantizer count; check with a compatible dimension
     # here and again with the real one at build time.
     try:
         faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
-        first_line = str(error).strip().splitlines()[-1] if str(error).strip() else "rejected"
-        raise HarnessError(
-            f"FAISS rejects index spec {spec!r}: {first_line} (examples: Flat, HNSW32, IVF1024,PQ48np,nprobe=32)"
-        ) from None
+        raise HarnessError(f"--index {spec!r}: FAISS rejects it: {_faiss_reason(error)} ({_EXAMPLES})") from None
     return IndexSpec(factory=factory, nprobe=params.get("nprobe"), ef_search=params.get("efSearch"))
+
+
+def _check_ranges(spec: str, factory: str, params: dict[str, int]) -> None:
+    for pattern, what, low, high in _FACTORY_RANGES:
+        for match in pattern.finditer(factory):
+            if not low <= int(match.group(1)) <= high:
+                raise HarnessError(
+                    f"--index {spec!r}: {what} must be from {low:,} to {high:,}, got {match.group(1)} ({_EXAMPLES})"
+                )
+    for key, value in params.items():
+        family, low, high = _SEARCH_RANGES[key]
+        if family not in factory:
+            raise HarnessError(f"--index {spec!r}: {key} applies to {family} indexes only; remove it")
+        if not low <= value <= high:
+            raise HarnessError(f"--index {spec!r}: {key} must be from {low:,} to {high:,}, got {value:,}")
+
+
+def _faiss_reason(error: RuntimeError) -> str:
+    """The useful end of a FAISS error ("Error in <C++ signature> at <file>: Error: '<cond>' failed: why")."""
+    text = " ".join(str(error).split()) or "rejected"
+    for marker in ("failed: ", "Error: "):
+        if marker in text:
+            return text.rsplit(marker, 1)[1]
+    return text
 
 
 def _gpu_count() -> int:
@@ -168,21 +202,66 @@ def build_or_load_index(spec: IndexSpec, embeddings: ShardSource, *, normalize: 
     path = CacheLayout.faiss_index(embeddings.directory, spec.factory)
     if path.exists():
         log.info("reusing index %s", path)
-        return faiss.read_index(str(path))
+        index = _load_index(path, embeddings)
+        _check_lists(spec, index, embeddings.num_docs)
+        return index
     try:
         index = faiss.index_factory(embeddings.dim, spec.factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
         raise HarnessError(
-            f"FAISS rejects index spec {spec.factory!r} at dimension {embeddings.dim}: {error}"
+            f"--index {spec.factory!r}: FAISS rejects it at dimension {embeddings.dim}: {_faiss_reason(error)}"
         ) from None
-    if not index.is_trained:
-        sample = _training_sample(embeddings, TRAINING_SAMPLE, normalize)
-        index.train(sample)
-    for _, vectors in embeddings.shards():
-        index.add(_prepare(vectors, normalize))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    faiss.write_index(index, str(tmp))
-    os.replace(tmp, path)
+    _check_lists(spec, index, embeddings.num_docs)
+    try:
+        if not index.is_trained:
+            index.train(_training_sample(embeddings, TRAINING_SAMPLE, normalize))
+        for _, vectors in embeddings.shards():
+            index.add(_prepare(vectors, normalize))
+    except RuntimeError as error:
+        raise HarnessError(
+            f"--index {spec.factory!r}: FAISS cannot build it over {embeddings.num_docs:,} documents: "
+            f"{_faiss_reason(error)} (choose smaller parameters, or Flat)"
+        ) from None
+    # Streamed through atomic_write (no copy of the index in memory): a full disk is the one output
+    # error, and a killed run never leaves a half-written index under the final name.
+    with atomic_write(path, "wb") as handle:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write))
+    return index
+
+
+def _check_lists(spec: IndexSpec, index, num_docs: int) -> None:
+    """An IVF index needs a training point per list, and nprobe can visit at most every list."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return
+    if num_docs < ivf.nlist:
+        raise HarnessError(
+            f"--index {spec.factory!r}: {ivf.nlist:,} lists need at least {ivf.nlist:,} documents to train, the "
+            f"corpus has {num_docs:,} (use fewer lists, about 4*sqrt(documents), or Flat)"
+        )
+    if spec.nprobe is not None and spec.nprobe > ivf.nlist:
+        raise HarnessError(
+            f"--index {spec.factory!r}: nprobe={spec.nprobe:,} exceeds the index's {ivf.nlist:,} lists "
+            f"(use nprobe=1..{ivf.nlist})"
+        )
+
+
+def _load_index(path: Path, embeddings: ShardSource):
+    """A saved index, checked to read whole and to hold this corpus's vectors."""
+    import faiss
+
+    fix = f"delete {path} and rerun to rebuild it"
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as error:
+        raise HarnessError(f"{path}: unreadable FAISS index ({_faiss_reason(error)}); {fix}") from None
+    if index.ntotal != embeddings.num_docs or index.d != embeddings.dim:
+        raise HarnessError(
+            f"{path}: holds {index.ntotal:,} vectors of dimension {index.d}, the embeddings "
+            f"{embeddings.num_docs:,} of dimension {embeddings.dim}; {fix}"
+        )
     return index
 
 
@@ -193,11 +272,14 @@ def search_index(
     import faiss
 
     params = faiss.ParameterSpace()
-    if spec.nprobe is not None:
-        params.set_index_parameter(index, "nprobe", spec.nprobe)
-    if spec.ef_search is not None:
-        params.set_index_parameter(index, "efSearch", spec.ef_search)
-    scores, positions = index.search(_prepare(queries, normalize), min(top_k, len(doc_ids)))
+    try:
+        if spec.nprobe is not None:
+            params.set_index_parameter(index, "nprobe", spec.nprobe)
+        if spec.ef_search is not None:
+            params.set_index_parameter(index, "efSearch", spec.ef_search)
+        scores, positions = index.search(_prepare(queries, normalize), min(top_k, len(doc_ids)))
+    except RuntimeError as error:
+        raise HarnessError(f"--index {spec.factory!r}: FAISS search failed: {_faiss_reason(error)}") from None
     names = [[doc_ids[p] if p >= 0 else "" for p in row] for row in positions]
     return scores, names
 
