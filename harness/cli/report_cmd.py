@@ -50,7 +50,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
+def _tableset(args: argparse.Namespace, *, ci: bool) -> tuple[Path, TableSet]:
     results_dir = args.results_dir or default_results_dir()
     collection = collect_results(results_dir)
     for path, reason in collection.skipped:
@@ -64,12 +64,13 @@ def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
         baseline=args.baseline,
         significance=settings,
         digits=args.digits,
+        ci=ci,
     )
     return results_dir, tableset
 
 
 def run_table(args: argparse.Namespace) -> int:
-    results_dir, tableset = _tableset(args)
+    results_dir, tableset = _tableset(args, ci=args.ci)
     if args.format == "png":
         for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
             print(path)
@@ -85,7 +86,7 @@ def run_table(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    results_dir, tableset = _tableset(args)
+    results_dir, tableset = _tableset(args, ci=True)  # the page always shows intervals and tied groups
     output = args.output or Path(results_dir) / "report.html"
     print(write_report(tableset, output, title=args.title, results_dir=Path(results_dir)))
     return 0
@@ -111,6 +112,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "differs are reported on stderr and left out.",
     )
     _add_selection(table)
+    table.add_argument(
+        "--ci",
+        action="store_true",
+        help="a bootstrap interval over queries on every cell (--n-resamples, --seed, 1 - --alpha) and, per "
+        "row, a mark on the systems statistically tied with the best (--test against the best, --correction "
+        "over the row)",
+    )
     table.add_argument(
         "--format",
         choices=[*FORMATS, "png"],
