@@ -32,8 +32,8 @@ def legend(table: MetricTable, settings: SignificanceSettings, ci: bool = False)
         )
     if table.judged_k is not None:
         lines.append(
-            f"J: Judged@{table.judged_k}, the share of the top {table.judged_k} documents that have a judgment "
-            "(any grade); unjudged documents count as non-relevant."
+            f"Judged@{table.judged_k} (beside each value: J, or its own table): the share of the top "
+            f"{table.judged_k} documents that have a judgment (any grade); unjudged documents count as non-relevant."
         )
     if table.baseline is not None:
         lines.append(
@@ -79,8 +79,26 @@ def render_markdown(tableset: TableSet) -> str:
         out.append("")
         out.extend(f"_{line}_  " for line in legend(table, tableset.significance, tableset.ci))
         out.append("")
+        out.extend(_judged_markdown(table))
     out.extend(_skipped_lines(tableset.collection))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _judged_markdown(table: MetricTable) -> list[str]:
+    """The Judged@k table printed right after the nDCG@k table it belongs to."""
+    if table.judged_k is None:
+        return []
+    out = [f"### Judged@{table.judged_k} (beside {pretty_metric(table.metric)})\n"]
+    out.append(
+        "| " + " | ".join(["dataset", *(_md_escape(table.labels[slug]) for slug in table.columns)]) + " |"
+    )
+    out.append("|" + "|".join(["---", *["---:"] * len(table.columns)]) + "|")
+    for row in table.rows:
+        values = [
+            MISSING if row.cells[s].judged is None else f"{row.cells[s].judged:.2f}" for s in table.columns
+        ]
+        out.append("| " + " | ".join([_md_escape(row.key), *values]) + " |")
+    return [*out, ""]
 
 
 def _annotations(cell: Cell, digits: int) -> list[str]:
@@ -90,8 +108,6 @@ def _annotations(cell: Cell, digits: int) -> list[str]:
         parts.append(TIED)
     if cell.interval is not None:
         parts.append(f"[{cell.interval[0]:.{digits}f}, {cell.interval[1]:.{digits}f}]")
-    if cell.judged is not None:
-        parts.append(f"(J {cell.judged:.2f})")
     return parts
 
 
