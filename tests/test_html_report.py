@@ -218,7 +218,11 @@ def test_per_query_section_renders_sorts_on_click_and_fetches_nothing(
     qrels = real_qrels(beir_mirror, "scifact")
     buried = every_other(qrels, 0)
     assert report["pairs"] == 1 and report["points"] == len(qrels)
-    assert (report["wins"], report["ties"], report["losses"]) == (str(len(buried)), str(len(qrels) - len(buried)), "0")
+    assert (report["wins"], report["ties"], report["losses"]) == (
+        str(len(buried)),
+        str(len(qrels) - len(buried)),
+        "0",
+    )
     assert report["moved"] == 5
     # Clicking "query" sorts numerically; clicking "change" sorts by the change, stably, then reverses it.
     change = {qid: 1.0 if qid in buried else 0.0 for qid in qrels}

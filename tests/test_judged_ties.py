@@ -105,7 +105,9 @@ def test_tie_bounds_equal_the_extremes_over_every_order_of_tied_documents():
     assert len(copies_run) == 3 * 2 * 3 * 2 + 4 * 3 * 2 + 1  # 36 + 24 + 1 orders
     every = evaluate(copies_qrels, copies_run, TIE_METRICS, diagnose=False).per_query
     for metric in TIE_METRICS:
-        per_query = {qid: [values[metric] for copy, values in every.items() if owner[copy] == qid] for qid in TIE_RUN}
+        per_query = {
+            qid: [values[metric] for copy, values in every.items() if owner[copy] == qid] for qid in TIE_RUN
+        }
         # Queries are independent, so the lowest / highest mean takes each query's lowest / highest value.
         lowest = aggregate_values(metric, [min(values) for values in per_query.values()])
         highest = aggregate_values(metric, [max(values) for values in per_query.values()])
@@ -117,7 +119,9 @@ def test_tie_bounds_equal_the_extremes_over_every_order_of_tied_documents():
         assert bound["method"].startswith("exact")
         assert bound["queries_that_can_move"] == sum(min(v) != max(v) for v in per_query.values())
     # The ties matter here: P@1 is 1 on A (untied top), 0 on C, and 0 or 1 on B by the order of its tie.
-    assert (ties["bounds"]["p@1"]["lowest"], ties["bounds"]["p@1"]["highest"]) == pytest.approx((1 / 3, 2 / 3))
+    assert (ties["bounds"]["p@1"]["lowest"], ties["bounds"]["p@1"]["highest"]) == pytest.approx(
+        (1 / 3, 2 / 3)
+    )
     assert ties["queries_with_ties"] == 2
     straddling = ties["straddling_cutoff"]
     assert {cut: entry["queries"] for cut, entry in straddling.items()} == {"@1": 1, "@3": 2, "@5": 1}
