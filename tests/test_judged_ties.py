@@ -134,3 +134,13 @@ def test_a_run_without_ties_has_point_bounds():
     assert evaluation.ties["queries_with_ties"] == 0
     for metric, bound in evaluation.ties["bounds"].items():
         assert bound["lowest"] == bound["highest"] == evaluation.aggregate[metric]
+
+
+def test_ties_among_equal_grades_are_counted_but_cannot_move_a_metric():
+    # a2 and a6 (both unjudged) share a score: a tie, at ranks 2-3, whose order changes nothing.
+    run = {"A": {"a1": 5.0, "a2": 4.0, "a6": 4.0, "a3": 3.0}}
+    evaluation = evaluate(TIE_QRELS, run, ["ndcg@2", "p@2", "map"])
+    ties = evaluation.ties
+    assert ties["queries_with_ties"] == 1 and ties["queries_whose_tie_order_matters"] == 0
+    assert ties["straddling_cutoff"]["@2"]["queries"] == 1
+    assert all(bound["lowest"] == bound["highest"] for bound in ties["bounds"].values())

@@ -108,7 +108,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One table per metric: datasets as rows (plus the average over the datasets every model "
         "has), models as columns, the best value per row in bold. With --baseline, a cell carries "
         "an arrow when its per-query difference from the baseline is significant (paired test, "
-        "correction across the table). Results whose files are corrupt or whose data fingerprint "
+        "correction across the table). With --ci, every cell carries a bootstrap interval and each row "
+        "marks the systems statistically tied with its best. Results whose files are corrupt or whose data fingerprint "
         "differs are reported on stderr and left out.",
     )
     _add_selection(table)
@@ -135,9 +136,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report",
         help="one self-contained HTML page: tables, charts and every run's provenance",
-        description="Write a static HTML page (no external files, charts embedded) with the tables of "
-        "`harness table`, a bar chart per metric with per-query bootstrap error bars, and the "
-        "provenance of every run shown.",
+        description="Write a static HTML page (no external files, charts embedded, no request allowed) with "
+        "the tables of `harness table --ci` (intervals, systems tied with the best, Judged@k), sortable by a "
+        "click on a header, a bar chart per metric with per-query bootstrap error bars, with --baseline a "
+        "per-query section (scatter against the baseline, win / tie / loss, the queries that moved most with "
+        "their documents and judgments), and the provenance of every run shown.",
     )
     _add_selection(report)
     report.add_argument("--output", type=Path, help="HTML file to write (default: RESULTS_DIR/report.html)")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from harness.datasets.qrels import Qrels
 from harness.evaluation.trec import Run, sorted_ranking
 
@@ -33,13 +35,34 @@ MONOTONE_FAMILIES = frozenset(
 )
 
 
-def has_ties(docs: Mapping[str, float]) -> bool:
-    return len(set(docs.values())) < len(docs)
+def _descending(docs: Mapping[str, float]) -> np.ndarray:
+    return np.sort(np.fromiter(docs.values(), dtype=np.float64, count=len(docs)))[::-1]
 
 
-def straddles(ranking: Sequence[tuple[str, float]], k: int) -> bool:
+def has_ties(descending_scores: np.ndarray) -> bool:
+    return bool(np.any(descending_scores[1:] == descending_scores[:-1]))
+
+
+def order_matters(
+    docs: Mapping[str, float], grades: Mapping[str, int], descending_scores: np.ndarray
+) -> bool:
+    """Whether some tied group holds documents of different grades (unjudged = 0); if none does, every
+    order of the tied documents scores the same, so the query need not be re-scored."""
+    ascending = descending_scores[::-1]
+    for docid, grade in grades.items():
+        score = docs.get(docid)
+        if grade == 0 or score is None:
+            continue
+        tied = np.searchsorted(ascending, score, "right") - np.searchsorted(ascending, score, "left")
+        # A judged document of non-zero grade tied with another: is there a different grade beside it?
+        if tied > 1 and any(grades.get(other, 0) != grade for other, value in docs.items() if value == score):
+            return True
+    return False
+
+
+def straddles(descending_scores: Sequence[float], k: int) -> bool:
     """Whether a tied group crosses the cut-off: ranks k and k+1 hold equal scores."""
-    return len(ranking) > k and ranking[k - 1][1] == ranking[k][1]
+    return len(descending_scores) > k and descending_scores[k - 1] == descending_scores[k]
 
 
 def extreme_order(
@@ -77,13 +100,15 @@ def tie_diagnostics(
     ``evaluate_run`` scores a run with the same metrics and settings (the one engine); ``mean`` is its
     aggregation (gmap's is not the arithmetic mean).
     """
-    tied = sorted(qid for qid in per_query if has_ties(run.get(qid, {})))
+    scores = {qid: _descending(run.get(qid, {})) for qid in per_query}
+    tied = sorted(qid for qid in per_query if has_ties(scores[qid]))
+    movable = [qid for qid in tied if order_matters(run[qid], qrels.get(qid, {}), scores[qid])]
     extremes: dict[str, PerQuery] = {side: {} for side in SIDES}
-    if tied:
+    if movable:
         for side in SIDES:
             reordered = {
                 qid: extreme_order(run[qid], qrels.get(qid, {}), highest_first=side == "highest")
-                for qid in tied
+                for qid in movable
             }
             extremes[side] = evaluate_run(reordered)
     bounds = {}
@@ -95,16 +120,17 @@ def tie_diagnostics(
             "reported": mean(metric, [row[metric] for row in per_query.values()]),
             **{side: mean(metric, values[side]) for side in SIDES},
             "queries_that_can_move": sum(
-                extremes["lowest"][qid][metric] != extremes["highest"][qid][metric] for qid in tied
+                extremes["lowest"][qid][metric] != extremes["highest"][qid][metric] for qid in movable
             ),
             "method": bound_method(metric),
         }
     straddling = {}
     for k in sorted(set(cutoffs)):
-        qids = [qid for qid in tied if straddles(sorted_ranking(run[qid]), k)]
+        qids = [qid for qid in tied if straddles(scores[qid], k)]
         straddling[f"@{k}"] = {"queries": len(qids), "qids": qids[:MAX_LISTED_QUERIES]}
     return {
         "queries_with_ties": len(tied),
+        "queries_whose_tie_order_matters": len(movable),
         "straddling_cutoff": straddling,
         "bounds": bounds,
         "rule": "reported values break ties by docid descending (trec_eval); bounds range over every order "
