@@ -87,7 +87,10 @@ def test_tied_with_best_marks_the_known_answer_and_states_the_correction(results
     assert one_off.startswith("0.9967 ≈ [")  # 299 of 300 queries ideal: not separable from the best
     assert half.startswith("0.5000 [") and "≈" not in half  # clearly worse
     assert "≈: statistically tied with the best of the row" in out
-    assert "holm correction, the correction over each row's comparisons against its best" in out
+    assert (
+        "holm correction; each system tested against its row's best, corrected over that row's comparisons"
+        in out
+    )
     assert "(10,000 resamples, seed 42)" in out
 
     table = _json_table(capsys, results_dir)

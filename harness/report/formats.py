@@ -22,13 +22,13 @@ def legend(table: MetricTable, settings: SignificanceSettings, ci: bool = False)
     if ci:
         lines.append(
             f"[low, high]: {settings.confidence:.0%} percentile bootstrap interval of the mean over queries "
-            f"({settings.n_resamples:,} resamples, seed {settings.seed}); the average's resamples every query "
+            f"({settings.n_resamples:,} resamples, seed {settings.seed}); the average's interval resamples every query "
             "weighted 1 / (datasets x that dataset's queries)."
         )
         lines.append(
-            f"{TIED}: statistically tied with the best of the row: not significantly different from it "
-            f"({settings.describe()}, the correction over each row's comparisons against its best; "
-            "the average row is not tested)."
+            f"{TIED}: statistically tied with the best of the row, i.e. not significantly different from it "
+            f"({settings.describe()}; each system tested against its row's best, corrected over that row's "
+            "comparisons; the average row is not tested)."
         )
     if table.judged_k is not None:
         lines.append(

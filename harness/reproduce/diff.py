@@ -168,12 +168,16 @@ def build_diff(
             notes,
         )
     b = load_result(b_spec)
+    same_queries = (a.dataset, a.split) == (b.dataset, b.split)
     return DiffReport(
         _describe_result(a),
         _describe_result(b),
         protocol_diff(result_protocol(a), result_protocol(b)),
         _shared_metrics(_with_judged(a), _with_judged(b), metric),
-        per_query_diff(a, b, metric, top_queries=top_queries, top_docs=top_docs),
+        per_query_diff(a, b, metric, top_queries=top_queries, top_docs=top_docs) if same_queries else None,
+        []
+        if same_queries
+        else ["A and B score different queries (dataset or split), so they are not paired."],
     )
 
 
