@@ -33,7 +33,10 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
     )
     parser.add_argument(
-        "--metrics", nargs="+", default=list(HEADLINE_METRICS), help="one table per metric (default: %(default)s)"
+        "--metrics",
+        nargs="+",
+        default=list(HEADLINE_METRICS),
+        help="one table per metric (default: %(default)s)",
     )
     parser.add_argument("--datasets", nargs="+", help="rows to show, in this order (default: all, sorted)")
     parser.add_argument(
@@ -158,7 +161,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     reproduce.add_argument("suite", help="suite name (e.g. offline-smoke) or a YAML file")
     reproduce.add_argument(
-        "--references", type=Path, help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)"
+        "--references",
+        type=Path,
+        help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)",
     )
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)

@@ -183,7 +183,9 @@ class Evaluation:
     qrels_queries_without_results: list[str]
     run_queries_without_qrels: list[str]
     settings: dict = field(default_factory=dict)
-    judged: dict = field(default_factory=dict)  # harness.evaluation.judged: judged@k means, per query, warning
+    judged: dict = field(
+        default_factory=dict
+    )  # harness.evaluation.judged: judged@k means, per query, warning
     ties: dict = field(default_factory=dict)  # harness.evaluation.ties: straddling queries, metric bounds
 
     def to_json(self, per_query: bool = True) -> dict:
@@ -379,9 +381,9 @@ def _add_diagnostics(
         evaluation.per_query,
         names,
         sorted({spec.k for spec in specs if spec.k is not None}),
-        evaluate_run=lambda reordered: evaluate(
-            qrels, reordered, names, relevance_level=relevance_level, diagnose=False
-        ).per_query,
+        evaluate_run=lambda reordered: (
+            evaluate(qrels, reordered, names, relevance_level=relevance_level, diagnose=False).per_query
+        ),
         mean=aggregate_values,
     )
 

@@ -69,7 +69,11 @@ def _cell_extras(cell: Cell, digits: int) -> str:
 
 def _cell_html(cell: Cell, digits: int) -> str:
     text = "–" if cell.value is None else f"{cell.value:.{digits}f}"
-    classes = ["num"] + (["best"] if cell.best else []) + (["tied-best"] if cell.tied_with_best and not cell.best else [])
+    classes = (
+        ["num"]
+        + (["best"] if cell.best else [])
+        + (["tied-best"] if cell.tied_with_best and not cell.best else [])
+    )
     mark, data = "", ""
     test = cell.comparison
     if test is not None:

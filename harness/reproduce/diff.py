@@ -182,8 +182,8 @@ def build_diff(
 
 
 def _short(value: Any, width: int = 48) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = text.replace("\n", "\\n")
+    # JSON spelling, so strings show their quotes ("\n" vs " ") and null / true read as recorded.
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

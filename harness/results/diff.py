@@ -40,6 +40,9 @@ SCORING_LIBRARIES = (
 )
 
 
+NOT_APPLICABLE = "n/a"
+
+
 def _get(data: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(data, Mapping) or key not in data:
@@ -49,7 +52,15 @@ def _get(data: Any, *keys: str) -> Any:
 
 
 def _settings_getter(*keys: str) -> Callable[[StoredResult], Any]:
-    return lambda result: _get(result.provenance, "config", *keys)
+    """A config setting; recorded as null (e.g. a BM25 run's FAISS index) it reads as not applicable."""
+
+    def read(result: StoredResult) -> Any:
+        parent = _get(result.provenance, "config", *keys[:-1])
+        if not isinstance(parent, Mapping) or keys[-1] not in parent:
+            return None
+        return NOT_APPLICABLE if parent[keys[-1]] is None else parent[keys[-1]]
+
+    return read
 
 
 def _evaluation_setting(key: str) -> Callable[[StoredResult], Any]:
