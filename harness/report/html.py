@@ -43,7 +43,7 @@ table.sortable thead th { cursor: pointer; } th[aria-sort="ascending"]::after { 
 th[aria-sort="descending"]::after { content: " ▼"; } .ci, .judged { color: #666; font-size: .8rem; }
 .tied { color: #36c; } .scroll { max-height: 24rem; overflow-y: auto; } svg.scatter { float: right; margin: 0 0 1rem 1rem; }
 section.pair { clear: both; border-top: 1px solid #eee; padding-top: .5rem; } table.moved ol { margin: 0; padding-left: 1.2rem; }
-table.moved td { vertical-align: top; font-size: .85rem; }
+table.moved td { vertical-align: top; font-size: .85rem; } table.moved li { white-space: nowrap; }
 table.queries { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.queries th, table.queries td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: left; }
 table.queries td.num { text-align: right; } table.queries thead th { background: #f6f6f6; }
