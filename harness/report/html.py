@@ -121,6 +121,24 @@ def _definition_list(pairs: list[tuple[str, Any]]) -> str:
     return "<dl>" + "".join(items) + "</dl>"
 
 
+def _ties_summary(ties: dict[str, Any]) -> dict[str, Any] | None:
+    """Tie diagnostics in brief: counts, and the range of every metric the order of tied documents can move."""
+    if not ties:
+        return None
+    moving = {
+        name: [bound["lowest"], bound["highest"]]
+        for name, bound in (ties.get("bounds") or {}).items()
+        if bound.get("lowest") != bound.get("highest")
+    }
+    return {
+        "queries_with_ties": ties.get("queries_with_ties"),
+        "straddling_cutoff": {
+            cut: entry.get("queries") for cut, entry in (ties.get("straddling_cutoff") or {}).items()
+        },
+        "metrics_the_tie_order_can_move": moving or "none",
+    }
+
+
 def provenance_html(result: StoredResult) -> str:
     """A collapsible block with the facts that produced one result, and the full provenance JSON."""
     prov = result.provenance if isinstance(result.provenance, dict) else {}
@@ -142,6 +160,9 @@ def provenance_html(result: StoredResult) -> str:
             " ".join(prov["command"]) if isinstance(prov.get("command"), list) else prov.get("command"),
         ),
         ("queries evaluated", str(result.n_queries)),
+        ("judged@k (share of the top k judged)", (result.judged.get("mean") or None)),
+        ("judged warning", result.judged.get("warning")),
+        ("ties", _ties_summary(result.ties)),
         ("data fingerprint", dataset.get("fingerprint")),
         ("data counts", dataset.get("counts")),
         ("model spec", model.get("spec")),
