@@ -61,6 +61,7 @@ def make_result(
     split: str = "test",
     created_at: str = "2025-01-01T00:00:00+00:00",
     folder: Path | None = None,
+    root: Path | None = None,
 ) -> Path:
     """Evaluate ``run`` with the real evaluator and write a complete result folder; returns it."""
     from harness.evaluation.metrics import evaluate
@@ -82,6 +83,7 @@ def make_result(
             "split": split,
             "fingerprint": fingerprint,
             "counts": {"queries": len(qrels)},
+            **({"root": str(root)} if root is not None else {}),
         },
         "model": {"spec": model, "record": model, "identity": {"model_id": model}},
         "environment": {"versions": {"python": "3"}, "device": "cpu"},

@@ -266,7 +266,16 @@ def test_cli_runtime_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     assert provenance["retrieval"]["encoder"]["label"] == "onnx fp32"
     onnx_metrics = json.loads((provenance_path.parent / "metrics.json").read_text())
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0].split() == ["dataset", "model", "runtime", "nDCG@10", "Recall@100", "time", "(s)"]
+    assert summary[0].split() == [
+        "dataset",
+        "model",
+        "runtime",
+        "nDCG@10",
+        "Judged@10",
+        "Recall@100",
+        "time",
+        "(s)",
+    ]
     assert " onnx fp32 " in summary[-1]  # the result table says how the vectors were computed
 
     assert main([*common, "--runtime", "torch"]) == 0  # another runtime: not the stored result

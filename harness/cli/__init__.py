@@ -28,6 +28,7 @@ COMMAND_MODULES: list[str] = [
     "harness.cli.rag_cmd",
     "harness.cli.cache_cmd",
     "harness.cli.report_cmd",
+    "harness.cli.diff_cmd",
 ]
 
 

@@ -72,7 +72,9 @@ def _what(entry: CacheEntry) -> str:
     """The entry's own detail column: which part, how far along, which index."""
     details = entry.details
     if entry.kind == "embeddings":
-        return f"{details['part']} {details['shards_done']}/{details['num_shards']} shards, dim {details['dim']}"
+        return (
+            f"{details['part']} {details['shards_done']}/{details['num_shards']} shards, dim {details['dim']}"
+        )
     if entry.kind == "faiss":
         return f"index {details['index']}"
     if entry.kind == "bm25":
@@ -122,7 +124,9 @@ def _chosen(args: argparse.Namespace, entries: list[CacheEntry]) -> list[CacheEn
     for prefix in args.keys:
         matches = [entry for entry in entries if entry.key.startswith(prefix)]
         if not matches:
-            raise HarnessError(f"no cache entry has a key starting with {prefix!r} (see `harness cache list`)")
+            raise HarnessError(
+                f"no cache entry has a key starting with {prefix!r} (see `harness cache list`)"
+            )
         chosen.extend(entry for entry in matches if entry not in chosen)
     return chosen
 

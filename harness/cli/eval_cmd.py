@@ -7,6 +7,7 @@ import logging
 import sys
 
 from harness.cli.common import add_eval_arguments, options_from_args
+from harness.evaluation.judged import HEADLINE_K, judged_warning
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.pipeline import PairOutcome, check_inputs, run_pairs
 
@@ -14,17 +15,25 @@ log = logging.getLogger(__name__)
 
 
 def format_summary(outcomes: list[PairOutcome]) -> str:
-    """The closing table: one line per (dataset, model) with how its vectors were computed."""
-    header = ("dataset", "model", "runtime", *(pretty_metric(name) for name in HEADLINE_METRICS), "time (s)")
+    """The closing table: one line per (dataset, model) with how its vectors were computed.
+
+    Judged@10 stands beside nDCG@10: the share of the top 10 that has a judgment at all.
+    """
+    names = [pretty_metric(name) for name in HEADLINE_METRICS]
+    header = ("dataset", "model", "runtime", names[0], f"Judged@{HEADLINE_K}", *names[1:], "time (s)")
     lines = [header]
     for outcome in outcomes:
         result = outcome.result
+        values = [f"{result.metrics.get(name, float('nan')):.4f}" for name in HEADLINE_METRICS]
+        judged = result.judged_share(HEADLINE_K)
         lines.append(
             (
                 result.dataset,
                 result.model,
                 result.runtime_label,
-                *(f"{result.metrics.get(name, float('nan')):.4f}" for name in HEADLINE_METRICS),
+                values[0],
+                "-" if judged is None else f"{judged:.2f}",
+                *values[1:],
                 f"{outcome.seconds:.1f}" + (" (reused)" if result.reused else ""),
             )
         )
@@ -44,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     outcomes, failures = run_pairs(args.dataset, args.model, options)
     if outcomes:
         print(format_summary(outcomes))
+    for outcome in outcomes:
+        warning = judged_warning(outcome.result.judged.get("mean") or {})
+        if warning:
+            print(f"warning: {outcome.result.dataset} x {outcome.result.model}: {warning}", file=sys.stderr)
     for failure in failures:
         print(f"error: {failure}", file=sys.stderr)
     return 2 if failures else 0

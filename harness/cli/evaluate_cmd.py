@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness.cli.common import (
@@ -18,7 +19,7 @@ from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, file_digest
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
-from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, evaluate
+from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation, evaluate
 from harness.evaluation.trec import read_run
 
 # One list object, so _cutoffs can tell the default apart from the same names typed by the user.
@@ -133,6 +134,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for name, value in result.aggregate.items():
         print(f"{name:<{width}}  {value:.4f}")
     print(_coverage_line(result))
+    print(_judged_line(result))
+    print(_ties_line(result))
+    if result.judged.get("warning"):
+        print(f"warning: {result.judged['warning']}", file=sys.stderr)
     if args.output:
         payload = {
             "inputs": _inputs({"qrels": args.qrels, "run": args.run}),
@@ -145,6 +150,27 @@ def run_evaluate(args: argparse.Namespace) -> int:
             for name, value in values.items():
                 print(f"{qid}\t{name}\t{value:.4f}")
     return 0
+
+
+def _judged_line(result: Evaluation) -> str:
+    means = ", ".join(f"{name} {value:.4f}" for name, value in result.judged["mean"].items())
+    return f"judged (share of the top k with a judgment): {means}"
+
+
+def _ties_line(result: Evaluation) -> str:
+    ties = result.ties
+    if not ties["queries_with_ties"]:
+        return "ties: no query has tied scores; every metric is independent of the tie rule"
+    straddling = ", ".join(f"{cut} {entry['queries']}" for cut, entry in ties["straddling_cutoff"].items())
+    moving = [
+        f"{name} {bound['lowest']:.4f}..{bound['highest']:.4f}"
+        for name, bound in ties["bounds"].items()
+        if bound["lowest"] != bound["highest"]
+    ]
+    return (
+        f"ties: {ties['queries_with_ties']} queries have tied scores; straddling the cut-off: {straddling or '-'}; "
+        f"range over tie orders: {', '.join(moving) or 'none moves'}"
+    )
 
 
 def _preview(qids: list[str], limit: int = 5) -> str:

@@ -35,7 +35,10 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
         help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
     )
     parser.add_argument(
-        "--metrics", nargs="+", default=list(HEADLINE_METRICS), help="one table per metric (default: %(default)s)"
+        "--metrics",
+        nargs="+",
+        default=list(HEADLINE_METRICS),
+        help="one table per metric (default: %(default)s)",
     )
     parser.add_argument("--datasets", nargs="+", help="rows to show, in this order (default: all, sorted)")
     parser.add_argument(
@@ -52,7 +55,7 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
+def _tableset(args: argparse.Namespace, *, ci: bool) -> tuple[Path, TableSet]:
     results_dir = args.results_dir or default_results_dir()
     collection = collect_results(results_dir)
     for path, reason in collection.skipped:
@@ -66,6 +69,7 @@ def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
         baseline=args.baseline,
         significance=settings,
         digits=args.digits,
+        ci=ci,
     )
     return results_dir, tableset
 
@@ -73,7 +77,7 @@ def _tableset(args: argparse.Namespace) -> tuple[Path, TableSet]:
 def run_table(args: argparse.Namespace) -> int:
     if args.output is not None:  # refused before the tables are computed
         (check_output_folder if args.format == "png" else check_output_file)(args.output)
-    results_dir, tableset = _tableset(args)
+    results_dir, tableset = _tableset(args, ci=args.ci)
     if args.format == "png":
         for path in write_charts(tableset, args.output or Path(results_dir) / "charts"):
             print(path)
@@ -89,7 +93,7 @@ def run_table(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    results_dir, tableset = _tableset(args)
+    results_dir, tableset = _tableset(args, ci=True)  # the page always shows intervals and tied groups
     output = args.output or Path(results_dir) / "report.html"
     print(write_report(tableset, output, title=args.title, results_dir=Path(results_dir)))
     return 0
@@ -111,10 +115,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One table per metric: datasets as rows (plus the average over the datasets every model "
         "has), models as columns, the best value per row in bold. With --baseline, a cell carries "
         "an arrow when its per-query difference from the baseline is significant (paired test, "
-        "correction across the table). Results whose files are corrupt or whose data fingerprint "
+        "correction across the table). With --ci, every cell carries a bootstrap interval and each row "
+        "marks the systems statistically tied with its best. Results whose files are corrupt or whose data fingerprint "
         "differs are reported on stderr and left out.",
     )
     _add_selection(table)
+    table.add_argument(
+        "--ci",
+        action="store_true",
+        help="a bootstrap interval over queries on every cell (--n-resamples, --seed, 1 - --alpha) and, per "
+        "row, a mark on the systems statistically tied with the best (--test against the best, --correction "
+        "over the row)",
+    )
     table.add_argument(
         "--format",
         choices=[*FORMATS, "png"],
@@ -131,9 +143,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report",
         help="one self-contained HTML page: tables, charts and every run's provenance",
-        description="Write a static HTML page (no external files, charts embedded) with the tables of "
-        "`harness table`, a bar chart per metric with per-query bootstrap error bars, and the "
-        "provenance of every run shown.",
+        description="Write a static HTML page (no external files, charts embedded, no request allowed) with "
+        "the tables of `harness table --ci` (intervals, systems tied with the best, Judged@k), sortable by a "
+        "click on a header, a bar chart per metric with per-query bootstrap error bars, with --baseline a "
+        "per-query section (scatter against the baseline, win / tie / loss, the queries that moved most with "
+        "their documents and judgments), and the provenance of every run shown.",
     )
     _add_selection(report)
     report.add_argument("--output", type=output_file, help="HTML file to write (default: RESULTS_DIR/report.html)")
@@ -151,7 +165,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     reproduce.add_argument("suite", help="suite name (e.g. offline-smoke) or a YAML file")
     reproduce.add_argument(
-        "--references", type=Path, help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)"
+        "--references",
+        type=Path,
+        help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)",
     )
     add_eval_arguments(reproduce)
     reproduce.set_defaults(func=run_reproduce)

@@ -206,7 +206,8 @@ def compare_runs(
     names = parse_metrics(metrics, ks)
     qrels = as_qrels(qrels)
     evaluations = {
-        label: evaluate(qrels, run, names, relevance_level=relevance_level) for label, run in runs.items()
+        label: evaluate(qrels, run, names, relevance_level=relevance_level, diagnose=False)
+        for label, run in runs.items()
     }
     answered = sorted({qid for evaluation in evaluations.values() for qid in evaluation.per_query})
     paired = sorted(qrels) if complete else answered

@@ -23,6 +23,8 @@ import numpy as np
 
 from harness.core.errors import HarnessError
 from harness.datasets.qrels import Qrels, read_qrels
+from harness.evaluation.judged import judged_at_k, judged_cutoffs, judged_summary
+from harness.evaluation.ties import tie_diagnostics
 from harness.evaluation.trec import Run, read_run, top_k_ranking
 
 # trec_eval clamps AP at this floor before taking the log for gm_map.
@@ -181,6 +183,10 @@ class Evaluation:
     qrels_queries_without_results: list[str]
     run_queries_without_qrels: list[str]
     settings: dict = field(default_factory=dict)
+    judged: dict = field(
+        default_factory=dict
+    )  # harness.evaluation.judged: judged@k means, per query, warning
+    ties: dict = field(default_factory=dict)  # harness.evaluation.ties: straddling queries, metric bounds
 
     def to_json(self, per_query: bool = True) -> dict:
         payload = {
@@ -198,6 +204,10 @@ class Evaluation:
             },
             "settings": dict(self.settings),
         }
+        if self.judged:
+            payload["judged"] = dict(self.judged) if per_query else {**self.judged, "per_query": None}
+        if self.ties:
+            payload["ties"] = dict(self.ties)
         if per_query:
             payload["per_query"] = {qid: dict(values) for qid, values in self.per_query.items()}
         return payload
@@ -288,11 +298,13 @@ def evaluate(
     ks: Sequence[int] | None = None,
     relevance_level: int = 1,
     complete: bool = False,
+    diagnose: bool = True,
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels`` (in memory, or paths to TREC/BEIR files).
 
     A query whose ranking is empty counts as having no results. Raises HarnessError for an
-    unknown metric or when no run query is judged (almost always mismatched files).
+    unknown metric or when no run query is judged (almost always mismatched files). With
+    ``diagnose`` the evaluation also carries judged@k and the tie diagnostics.
     """
     specs = parse_metric_specs(metrics, ks)
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int):
@@ -343,13 +355,36 @@ def evaluate(
         "gmap_per_query": "log(max(AP, 1e-5)); the aggregate is exp(mean)",
         "engine": _engine_version(),
     }
-    return Evaluation(
+    evaluation = Evaluation(
         aggregate=aggregate,
         per_query=per_query,
         n_queries=len(per_query),
         qrels_queries_without_results=missing,
         run_queries_without_qrels=unjudged,
         settings=settings,
+    )
+    if diagnose:
+        _add_diagnostics(evaluation, qrels, run, specs, relevance_level)
+    return evaluation
+
+
+def _add_diagnostics(
+    evaluation: Evaluation, qrels: Qrels, run: Run, specs: list[MetricSpec], relevance_level: int
+) -> None:
+    """The hook for harness.evaluation.judged and .ties: judged@k and tie bounds over the same queries."""
+    names = [spec.name for spec in specs]
+    cutoffs = judged_cutoffs(spec.k for spec in specs)
+    evaluation.judged = judged_summary(judged_at_k(qrels, run, evaluation.per_query, cutoffs), cutoffs)
+    evaluation.ties = tie_diagnostics(
+        qrels,
+        run,
+        evaluation.per_query,
+        names,
+        sorted({spec.k for spec in specs if spec.k is not None}),
+        evaluate_run=lambda reordered: (
+            evaluate(qrels, reordered, names, relevance_level=relevance_level, diagnose=False).per_query
+        ),
+        mean=aggregate_values,
     )
 
 

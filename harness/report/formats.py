@@ -10,15 +10,31 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.evaluation.compare import PAIRING_RULE, SignificanceSettings
 from harness.evaluation.metrics import pretty_metric
-from harness.report.tables import BETTER, MISSING, WORSE, Cell, MetricTable, TableSet
+from harness.report.tables import BETTER, MISSING, TIED, WORSE, Cell, MetricTable, TableSet
 from harness.results.collect import Collection
 
 FORMATS = ("md", "csv", "latex", "json")
 
 
-def legend(table: MetricTable, settings: SignificanceSettings) -> list[str]:
+def legend(table: MetricTable, settings: SignificanceSettings, ci: bool = False) -> list[str]:
     """Plain-text lines explaining the marks of ``table``."""
     lines = ["Bold: best in the row (ties at the printed precision are all bold)."]
+    if ci:
+        lines.append(
+            f"[low, high]: {settings.confidence:.0%} percentile bootstrap interval of the mean over queries "
+            f"({settings.n_resamples:,} resamples, seed {settings.seed}); the average's interval resamples every query "
+            "weighted 1 / (datasets x that dataset's queries)."
+        )
+        lines.append(
+            f"{TIED}: statistically tied with the best of the row, i.e. not significantly different from it "
+            f"({settings.describe()}; each system tested against its row's best, corrected over that row's "
+            "comparisons; the average row is not tested)."
+        )
+    if table.judged_k is not None:
+        lines.append(
+            f"Judged@{table.judged_k} (beside each value: J, or its own table): the share of the top "
+            f"{table.judged_k} documents that have a judgment (any grade); unjudged documents count as non-relevant."
+        )
     if table.baseline is not None:
         lines.append(
             f"{BETTER} / {WORSE}: significantly better / worse than {table.labels[table.baseline]} "
@@ -48,7 +64,7 @@ def render_markdown(tableset: TableSet) -> str:
             text = _format(cell.value, tableset.digits)
             if cell.best:
                 text = f"**{text}**"
-            return f"{text} {cell.mark}" if cell.mark else text
+            return " ".join([text, *_annotations(cell, tableset.digits)])
 
         for row in table.rows:
             out.append(
@@ -61,10 +77,38 @@ def render_markdown(tableset: TableSet) -> str:
             "| " + " | ".join([f"*{label}*", *(cell_text(table.average[s]) for s in table.columns)]) + " |"
         )
         out.append("")
-        out.extend(f"_{line}_  " for line in legend(table, tableset.significance))
+        out.extend(f"_{line}_  " for line in legend(table, tableset.significance, tableset.ci))
         out.append("")
+        out.extend(_judged_markdown(table))
     out.extend(_skipped_lines(tableset.collection))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _judged_markdown(table: MetricTable) -> list[str]:
+    """The Judged@k table printed right after the nDCG@k table it belongs to."""
+    if table.judged_k is None:
+        return []
+    out = [f"### Judged@{table.judged_k} (beside {pretty_metric(table.metric)})\n"]
+    out.append(
+        "| " + " | ".join(["dataset", *(_md_escape(table.labels[slug]) for slug in table.columns)]) + " |"
+    )
+    out.append("|" + "|".join(["---", *["---:"] * len(table.columns)]) + "|")
+    for row in table.rows:
+        values = [
+            MISSING if row.cells[s].judged is None else f"{row.cells[s].judged:.2f}" for s in table.columns
+        ]
+        out.append("| " + " | ".join([_md_escape(row.key), *values]) + " |")
+    return [*out, ""]
+
+
+def _annotations(cell: Cell, digits: int) -> list[str]:
+    """What follows a value in text formats: significance mark, tie mark, interval, judged share."""
+    parts = [cell.mark] if cell.mark else []
+    if cell.tied_with_best and not cell.best:
+        parts.append(TIED)
+    if cell.interval is not None:
+        parts.append(f"[{cell.interval[0]:.{digits}f}, {cell.interval[1]:.{digits}f}]")
+    return parts
 
 
 def _md_escape(text: str) -> str:
@@ -100,6 +144,11 @@ def render_csv(tableset: TableSet) -> str:
             "p_value_adjusted",
             "significant",
             "direction",
+            "ci_low",
+            "ci_high",
+            "tied_with_best",
+            "p_value_vs_best_adjusted",
+            "judged",
         ]
     )
 
@@ -129,6 +178,11 @@ def render_csv(tableset: TableSet) -> str:
                         number(test and test.p_value_adjusted),
                         str(bool(cell.mark)).lower(),
                         {BETTER: "better", WORSE: "worse"}.get(cell.mark, ""),
+                        number(cell.interval and cell.interval[0]),
+                        number(cell.interval and cell.interval[1]),
+                        str(cell.tied_with_best).lower() if tableset.ci else "",
+                        number(cell.vs_best and cell.vs_best.p_value_adjusted),
+                        number(cell.judged),
                     ]
                 )
     return buffer.getvalue()
@@ -163,10 +217,17 @@ def render_latex(tableset: TableSet) -> str:
             text = "--" if cell.value is None else text
             if cell.best:
                 text = rf"\textbf{{{text}}}"
-            return text + marks.get(cell.mark, "")
+            text += marks.get(cell.mark, "") + (
+                r"$^{\approx}$" if cell.tied_with_best and not cell.best else ""
+            )
+            if cell.interval is not None:
+                low, high = (f"{value:.{tableset.digits}f}" for value in cell.interval)
+                text += rf" {{\scriptsize[{low}, {high}]}}"
+            return text
 
-        caption = " ".join(legend(table, tableset.significance))
+        caption = " ".join(legend(table, tableset.significance, tableset.ci))
         caption = latex_escape(caption).replace(BETTER, r"$\uparrow$").replace(WORSE, r"$\downarrow$")
+        caption = caption.replace(TIED, r"$\approx$")
         out += [
             r"\begin{table}[t]",
             r"\centering",
@@ -206,11 +267,23 @@ def tables_to_json(tableset: TableSet) -> dict[str, Any]:
             "significant": bool(cell.mark),
             "direction": {BETTER: "better", WORSE: "worse"}.get(cell.mark),
             "comparison": None if cell.comparison is None else cell.comparison.to_json(),
+            "interval": None if cell.interval is None else list(cell.interval),
+            "tied_with_best": cell.tied_with_best if tableset.ci else None,
+            "vs_best": None if cell.vs_best is None else cell.vs_best.to_json(),
+            "judged": cell.judged,
         }
 
     return {
         "significance": tableset.significance.to_json(),
         "pairing_rule": PAIRING_RULE,
+        "intervals": {
+            "confidence": tableset.significance.confidence,
+            "n_resamples": tableset.significance.n_resamples,
+            "seed": tableset.significance.seed,
+            "method": "percentile bootstrap of the mean over queries",
+        }
+        if tableset.ci
+        else None,
         "tables": [
             {
                 "metric": table.metric,
@@ -229,7 +302,7 @@ def tables_to_json(tableset: TableSet) -> dict[str, Any]:
                     "cells": {table.labels[s]: cell_json(table.average[s]) for s in table.columns},
                 },
                 "n_comparisons": table.n_comparisons,
-                "legend": legend(table, tableset.significance),
+                "legend": legend(table, tableset.significance, tableset.ci),
             }
             for table in tableset.tables
         ],

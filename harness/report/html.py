@@ -1,7 +1,8 @@
 """``harness report``: one self-contained static HTML page for a results folder.
 
-The page carries everything inline (CSS, charts as base64 PNG, provenance as text) so it can be mailed,
-attached to a CI run or opened from disk with no server and no network.
+The page carries everything inline (CSS, charts as base64 PNG, per-query scatters as SVG, the small
+table-sorting script, provenance as text) so it can be mailed, attached to a CI run or opened from disk
+with no server and no network; its Content-Security-Policy forbids any request a browser could make.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from harness.core.fileio import atomic_write
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.report.charts import render_charts
 from harness.report.formats import legend
-from harness.report.tables import BETTER, Cell, MetricTable, TableSet
+from harness.report.perquery import SORT_SCRIPT, per_query_section
+from harness.report.tables import BETTER, TIED, Cell, MetricTable, TableSet
 from harness.results.store import StoredResult
 
 _STYLE = """
@@ -37,12 +39,41 @@ details { margin: .4rem 0; border: 1px solid #e5e5e5; border-radius: 4px; paddin
 summary { cursor: pointer; font-weight: 600; } dl { display: grid; grid-template-columns: 12rem 1fr; gap: .2rem 1rem; }
 dt { color: #666; } dd { margin: 0; word-break: break-all; } pre { background: #f8f8f8; padding: .6rem; overflow-x: auto;
 font-size: .8rem; }
+table.sortable thead th { cursor: pointer; } th[aria-sort="ascending"]::after { content: " ▲"; }
+th[aria-sort="descending"]::after { content: " ▼"; } .ci, .judged { color: #666; font-size: .8rem; }
+.tied { color: #36c; } .scroll { max-height: 24rem; overflow-y: auto; } svg.scatter { float: right; margin: 0 0 1rem 1rem; }
+section.pair { clear: both; border-top: 1px solid #eee; padding-top: .5rem; } table.moved ol { margin: 0; padding-left: 1.2rem; }
+table.moved td { vertical-align: top; font-size: .85rem; } table.moved li { white-space: nowrap; }
+table.queries { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+table.queries th, table.queries td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: left; }
+table.queries td.num { text-align: right; } table.queries thead th { background: #f6f6f6; }
 """
+# No request of any kind: only inline styles and scripts, only data: images.
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+
+
+def _cell_extras(cell: Cell, digits: int) -> str:
+    """Tied-with-best mark, interval and judged share, after the value and its significance mark."""
+    parts = []
+    if cell.tied_with_best and not cell.best and cell.vs_best is not None:
+        title = f"not significantly different from the row's best (adjusted p = {cell.vs_best.p_value_adjusted:.3g})"
+        parts.append(f' <span class="tied" title="{escape(title)}">{TIED}</span>')
+    if cell.interval is not None:
+        parts.append(
+            f' <span class="ci">[{cell.interval[0]:.{digits}f}, {cell.interval[1]:.{digits}f}]</span>'
+        )
+    if cell.judged is not None:
+        parts.append(f' <span class="judged">J {cell.judged:.2f}</span>')
+    return "".join(parts)
 
 
 def _cell_html(cell: Cell, digits: int) -> str:
     text = "–" if cell.value is None else f"{cell.value:.{digits}f}"
-    classes = ["num"] + (["best"] if cell.best else [])
+    classes = (
+        ["num"]
+        + (["best"] if cell.best else [])
+        + (["tied-best"] if cell.tied_with_best and not cell.best else [])
+    )
     mark, data = "", ""
     test = cell.comparison
     if test is not None:
@@ -56,22 +87,27 @@ def _cell_html(cell: Cell, digits: int) -> str:
             f"p = {test.p_value:.3g}, adjusted p = {test.p_value_adjusted:.3g}"
         )
         mark = f' <span class="mark {kind}" title="{escape(title)}">{escape(cell.mark)}</span>'
-    return f'<td class="{" ".join(classes)}">{escape(text)}{mark}{data}</td>'
+    sort = "" if cell.value is None else f' data-sort="{cell.value!r}"'
+    return (
+        f'<td class="{" ".join(classes)}"{sort}>{escape(text)}{mark}{_cell_extras(cell, digits)}{data}</td>'
+    )
 
 
 def table_html(table: MetricTable, tableset: TableSet) -> str:
     head = "".join(f"<th>{escape(table.labels[slug])}</th>" for slug in table.columns)
     lines = [
-        f'<table class="results" id="table-{escape(table.metric)}">',
+        f'<table class="results sortable" id="table-{escape(table.metric)}">',
         f"<thead><tr><th>dataset</th>{head}</tr></thead><tbody>",
     ]
     for row in table.rows:
         cells = "".join(_cell_html(row.cells[slug], tableset.digits) for slug in table.columns)
         lines.append(f"<tr><th>{escape(row.key)}</th>{cells}</tr>")
     cells = "".join(_cell_html(table.average[slug], tableset.digits) for slug in table.columns)
-    lines.append(f'<tr class="average"><td>average ({len(table.average_over)})</td>{cells}</tr>')
+    lines.append(f'<tr class="average pinned"><td>average ({len(table.average_over)})</td>{cells}</tr>')
     lines.append("</tbody></table>")
-    lines += [f'<p class="legend">{escape(line)}</p>' for line in legend(table, tableset.significance)]
+    lines += [
+        f'<p class="legend">{escape(line)}</p>' for line in legend(table, tableset.significance, tableset.ci)
+    ]
     return "\n".join(lines)
 
 
@@ -83,6 +119,24 @@ def _definition_list(pairs: list[tuple[str, Any]]) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
         items.append(f"<dt>{escape(key)}</dt><dd>{escape(text)}</dd>")
     return "<dl>" + "".join(items) + "</dl>"
+
+
+def _ties_summary(ties: dict[str, Any]) -> dict[str, Any] | None:
+    """Tie diagnostics in brief: counts, and the range of every metric the order of tied documents can move."""
+    if not ties:
+        return None
+    moving = {
+        name: [bound["lowest"], bound["highest"]]
+        for name, bound in (ties.get("bounds") or {}).items()
+        if bound.get("lowest") != bound.get("highest")
+    }
+    return {
+        "queries_with_ties": ties.get("queries_with_ties"),
+        "straddling_cutoff": {
+            cut: entry.get("queries") for cut, entry in (ties.get("straddling_cutoff") or {}).items()
+        },
+        "metrics_the_tie_order_can_move": moving or "none",
+    }
 
 
 def provenance_html(result: StoredResult) -> str:
@@ -106,6 +160,9 @@ def provenance_html(result: StoredResult) -> str:
             " ".join(prov["command"]) if isinstance(prov.get("command"), list) else prov.get("command"),
         ),
         ("queries evaluated", str(result.n_queries)),
+        ("judged@k (share of the top k judged)", (result.judged.get("mean") or None)),
+        ("judged warning", result.judged.get("warning")),
+        ("ties", _ties_summary(result.ties)),
         ("data fingerprint", dataset.get("fingerprint")),
         ("data counts", dataset.get("counts")),
         ("model spec", model.get("spec")),
@@ -132,6 +189,7 @@ def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, re
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
@@ -156,9 +214,11 @@ def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, re
             parts.append(
                 f'<p><img class="chart" alt="{escape(alt)}" src="data:image/png;base64,{encoded}"></p>'
             )
+    parts.append(per_query_section(tableset))
     parts.append('<h2 id="runs">Runs and their provenance</h2>')
     used = sorted(tableset.sources.values(), key=lambda r: (r.dataset, r.split, r.model))
     parts += [provenance_html(result) for result in used]
+    parts.append(SORT_SCRIPT)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

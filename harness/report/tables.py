@@ -3,23 +3,29 @@
 :mod:`harness.results.collect` decides which results may be used. With a baseline, every other cell
 carries a mark when its per-query difference from the baseline is significant under
 :mod:`harness.evaluation.compare` (its one pairing rule and test), with the multiple comparison
-correction applied across all the comparisons of the table. :mod:`harness.report.formats` renders the
-result.
+correction applied across all the comparisons of the table. With intervals (``--ci``), every cell
+carries the one bootstrap interval of its mean over queries, and each row marks the systems
+statistically tied with its best: each tested against the best through the same engine, with the
+correction over that row's comparisons. :mod:`harness.report.formats` renders the result.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.core.errors import HarnessError
 from harness.evaluation.compare import Comparison, SignificanceSettings, apply_correction, compare_values
+from harness.evaluation.judged import WARN_BELOW, judged_name
 from harness.evaluation.metrics import empty_ranking_value
+from harness.evaluation.significance import bootstrap_interval
 from harness.reproduce.references import model_aliases
 from harness.results.collect import Collection, display_labels, select_models
 from harness.results.store import StoredResult
 
 BETTER, WORSE = "↑", "↓"
+TIED = "≈"  # statistically tied with the best of its row
 MISSING = "–"
 
 
@@ -33,6 +39,10 @@ class Cell:
     mark: str = ""  # BETTER / WORSE when significantly different from the baseline
     comparison: Comparison | None = None  # the test against the baseline, when this cell had one
     best: bool = False
+    interval: tuple[float, float] | None = None  # bootstrap interval of the mean over queries (--ci)
+    vs_best: Comparison | None = None  # the test against the row's best (--ci)
+    tied_with_best: bool = False  # the best itself, or not significantly different from it (--ci)
+    judged: float | None = None  # mean judged@k beside nDCG@k, when the result recorded it
 
 
 @dataclass
@@ -54,6 +64,7 @@ class MetricTable:
     baseline: str | None = None
     n_comparisons: int = 0
     notes: list[str] = field(default_factory=list)
+    judged_k: int | None = None  # k of the judged@k shown beside the cells (nDCG@k tables)
 
 
 @dataclass
@@ -62,6 +73,7 @@ class TableSet:
     collection: Collection
     significance: SignificanceSettings
     digits: int = 4
+    ci: bool = False  # intervals on every cell and tied-with-best marks
     # (row key, model slug) -> the result behind that cell (charts need its per-query values)
     sources: dict[tuple[str, str], StoredResult] = field(default_factory=dict)
 
@@ -128,6 +140,108 @@ def _significance(
         table.notes.append("No per-query values to test: " + ", ".join(untestable) + ".")
 
 
+def _interval(metric: str, values: list[float], settings: SignificanceSettings) -> tuple[float, float]:
+    """The one bootstrap's interval of the mean; gmap's per-query values are logs, so its ends are exp'd."""
+    low, high = bootstrap_interval(
+        values, confidence=settings.confidence, n_resamples=settings.n_resamples, seed=settings.seed
+    )
+    return (math.exp(low), math.exp(high)) if metric == "gmap" else (low, high)
+
+
+def _intervals(
+    table: MetricTable, by_key: dict[tuple[str, str], StoredResult], settings: SignificanceSettings
+) -> None:
+    """An interval on every cell with per-query values, and on each average over the complete rows.
+
+    The average of per-dataset means is the mean of every query's value weighted by
+    1 / (datasets x that dataset's queries), so its interval resamples those weighted values pooled.
+    """
+    for row in table.rows:
+        for slug, cell in row.cells.items():
+            values = (
+                list(by_key[(row.key, slug)].per_query_values(table.metric).values())
+                if cell.value is not None
+                else []
+            )
+            if values:
+                cell.interval = _interval(table.metric, values, settings)
+    if table.metric == "gmap":
+        return  # a mean of geometric means is not a mean of per-query values
+    for slug, cell in table.average.items():
+        per_row = [
+            list(by_key[(key, slug)].per_query_values(table.metric).values()) for key in table.average_over
+        ]
+        if cell.value is None or not per_row or not all(per_row):
+            continue
+        total = sum(len(values) for values in per_row)
+        pooled = [value * total / (len(per_row) * len(values)) for values in per_row for value in values]
+        cell.interval = _interval(table.metric, pooled, settings)
+
+
+def _tied_with_best(
+    table: MetricTable, by_key: dict[tuple[str, str], StoredResult], settings: SignificanceSettings
+) -> None:
+    """Per row: test every system against the row's best (one correction per row); mark those not separable."""
+    untestable: list[str] = []
+    for row in table.rows:
+        present = [
+            slug
+            for slug in table.columns
+            if row.cells[slug].value is not None and by_key[(row.key, slug)].per_query_values(table.metric)
+        ]
+        untestable += [
+            f"{table.labels[slug]} on {row.key}"
+            for slug in table.columns
+            if row.cells[slug].value is not None and slug not in present
+        ]
+        if not present:
+            continue
+        best = max(present, key=lambda slug: row.cells[slug].value)
+        row.cells[best].tied_with_best = True
+        values = {slug: by_key[(row.key, slug)].per_query_values(table.metric) for slug in present}
+        answered = {qid for per_query in values.values() for qid in per_query}
+        tested = [slug for slug in present if slug != best]
+        for slug in tested:
+            row.cells[slug].vs_best = compare_values(
+                table.metric,
+                (table.labels[best], table.labels[slug]),
+                values[best],
+                values[slug],
+                settings,
+                over=answered,
+                missing_value=empty_ranking_value(table.metric),
+            )
+        apply_correction([row.cells[slug].vs_best for slug in tested], settings)
+        for slug in tested:
+            row.cells[slug].tied_with_best = not row.cells[slug].vs_best.significant
+    if untestable:
+        table.notes.append(
+            "No per-query values for an interval or a test against the best: " + ", ".join(untestable) + "."
+        )
+
+
+def _judged_beside(table: MetricTable, by_key: dict[tuple[str, str], StoredResult]) -> None:
+    """Judged@k beside nDCG@k cells; a note names the cells under the warning threshold."""
+    family, _, cutoff = table.metric.partition("@")
+    if family != "ndcg" or not cutoff.isdigit():
+        return
+    k = int(cutoff)
+    low: list[str] = []
+    for row in table.rows:
+        for slug, cell in row.cells.items():
+            result = by_key.get((row.key, slug))
+            cell.judged = result.judged_share(k) if result is not None else None
+            if cell.judged is not None and cell.judged < WARN_BELOW:
+                low.append(f"{table.labels[slug]} on {row.key} {cell.judged:.2f}")
+    if any(cell.judged is not None for row in table.rows for cell in row.cells.values()):
+        table.judged_k = k
+    if low:
+        table.notes.append(
+            f"Warning: {judged_name(k)} < {WARN_BELOW} ({', '.join(low)}): unjudged documents count as "
+            "non-relevant, so these values may understate the systems."
+        )
+
+
 def build_tables(
     collection: Collection,
     metrics: list[str],
@@ -137,8 +251,12 @@ def build_tables(
     baseline: str | None = None,
     significance: SignificanceSettings | None = None,
     digits: int = 4,
+    ci: bool = False,
 ) -> TableSet:
-    """One :class:`MetricTable` per metric over the collected results (filtered by dataset and model)."""
+    """One :class:`MetricTable` per metric over the collected results (filtered by dataset and model).
+
+    ``ci``: a bootstrap interval on every cell and, per row, the systems statistically tied with the best.
+    """
     significance = (significance or SignificanceSettings()).validate()
     results = collection.results
     if datasets:
@@ -220,7 +338,11 @@ def build_tables(
             )
         if baseline_slug is not None and len(columns) > 1:
             _significance(table, by_key, significance)
+        if ci:
+            _intervals(table, by_key, significance)
+            _tied_with_best(table, by_key, significance)
+        _judged_beside(table, by_key)
         tables.append(table)
     return TableSet(
-        tables=tables, collection=collection, significance=significance, digits=digits, sources=by_key
+        tables=tables, collection=collection, significance=significance, digits=digits, ci=ci, sources=by_key
     )

@@ -45,6 +45,8 @@ class StoredResult:
     n_queries: int
     settings: dict[str, Any]
     provenance: dict[str, Any] = field(default_factory=dict)
+    judged: dict[str, Any] = field(default_factory=dict)  # metrics.json "judged" (empty in older results)
+    ties: dict[str, Any] = field(default_factory=dict)  # metrics.json "ties" (empty in older results)
     # True when the pipeline returned this folder instead of recomputing it (same config).
     reused: bool = False
 
@@ -66,6 +68,11 @@ class StoredResult:
 
     def per_query_values(self, metric: str) -> dict[str, float]:
         return {qid: values[metric] for qid, values in self.per_query.items() if metric in values}
+
+    def judged_share(self, k: int) -> float | None:
+        """Mean judged@k, or None when the result did not record it."""
+        value = (self.judged.get("mean") or {}).get(f"judged@{k}")
+        return float(value) if isinstance(value, (int, float)) else None
 
 
 def result_dir(results_dir: str | Path, dataset: str, model_slug: str) -> Path:
@@ -134,6 +141,8 @@ def load_result(directory: str | Path) -> StoredResult:
         n_queries=int(payload.get("n_queries", len(payload["per_query"]))),
         settings=payload.get("settings", {}),
         provenance=provenance,
+        judged=payload.get("judged") if isinstance(payload.get("judged"), dict) else {},
+        ties=payload.get("ties") if isinstance(payload.get("ties"), dict) else {},
     )
 
 

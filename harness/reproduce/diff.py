@@ -1,0 +1,250 @@
+"""``harness diff A B``: two result folders, or a result and a published reference cell, side by side.
+
+A references.yaml source states its evaluation conditions in words (``averaging: complete``,
+``identical_ids: dropped (--remove-query)``); they are read into the setting names and values of
+:func:`harness.results.diff.result_protocol`. A condition the source words ambiguously is kept as its
+text, so it shows as a difference to look at rather than being guessed away.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import HarnessError
+from harness.evaluation.judged import HEADLINE_K
+from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
+from harness.reproduce.references import Reference, find_references, load_references, model_aliases
+from harness.results.collect import model_labels
+from harness.results.diff import (
+    TIE_TOLERANCE,
+    PerQueryDiff,
+    Protocol,
+    ProtocolDiff,
+    RankedDoc,
+    per_query_diff,
+    protocol_diff,
+    result_protocol,
+)
+from harness.results.store import StoredResult, load_result
+
+REFERENCE_PREFIX = "ref"
+# The metrics set side by side (when both sides have them), after the one the per-query picture uses.
+DIFF_METRICS = (*HEADLINE_METRICS, f"judged@{HEADLINE_K}", "map", "mrr@10", "p@10")
+_RECALL = {"plain": "plain (trec_eval recall.k)", "capped": "capped (BEIR R_cap@k)"}
+_AVERAGING = {"complete": True, "retrieved": False}
+
+
+def is_reference_spec(spec: str) -> bool:
+    """``ref``, ``ref:SOURCE`` or ``ref:SOURCE:MODEL`` names a published cell on the other result's dataset."""
+    return spec == REFERENCE_PREFIX or spec.startswith(f"{REFERENCE_PREFIX}:")
+
+
+def _identical_ids(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    words = text.strip().lower()
+    if words.startswith("dropped") and "only where" not in words:
+        return True
+    if words.startswith(("kept", "not dropped")):
+        return False
+    return text  # conditional wording: shown as it is
+
+
+def find_reference(spec: str, result: StoredResult, references_file: Path | None = None) -> Reference:
+    """The cell ``spec`` names on ``result``'s dataset: ``ref`` (the preferred one for its model),
+    ``ref:SOURCE`` (that source's) or ``ref:SOURCE:MODEL`` / ``ref::MODEL`` (another model's, e.g. bm25-flat).
+    """
+    _, source, model = (spec.split(":", 2) + ["", ""])[:3]
+    names = model_aliases(model) if model else model_labels(result, model_aliases)
+    found = find_references(load_references(references_file), names, result.dataset)
+    if source:
+        found = [ref for ref in found if ref.source.id == source]
+    if not found:
+        where = f" from source {source!r}" if source else ""
+        raise HarnessError(
+            f"no published reference{where} for {model or result.model} on {result.dataset} in references.yaml; "
+            "name one as ref:SOURCE:MODEL, diff against a result folder, or add the cell to "
+            "HARNESS_CONFIG_DIR/references.yaml"
+        )
+    return found[0]
+
+
+def reference_protocol(reference: Reference) -> Protocol:
+    """The settings a reference's source states, under the names a result's protocol uses."""
+    conditions = reference.source.conditions
+    protocol: dict[str, Any] = {"dataset": reference.dataset}
+    if "split" in conditions:
+        protocol["split"] = conditions["split"]
+    if "identical_ids" in conditions:
+        protocol["identical-id rule (drop hits whose id is the query's)"] = _identical_ids(
+            conditions["identical_ids"]
+        )
+    if "averaging" in conditions:
+        protocol["averaging (-c: judged queries without results count as 0)"] = _AVERAGING.get(
+            conditions["averaging"], conditions["averaging"]
+        )
+    if "top_k" in conditions:
+        protocol["top-k"] = conditions["top_k"]
+    if "recall" in conditions:
+        protocol["recall definition"] = _RECALL.get(conditions["recall"], conditions["recall"])
+    return protocol
+
+
+def describe_reference(reference: Reference) -> str:
+    rounding = reference.source.conditions.get("rounding")
+    return f"{reference.model} on {reference.dataset}, published by {reference.describe()}" + (
+        f" (printed to {rounding})" if rounding else ""
+    )
+
+
+# ------------------------------------------------------------------------------ harness diff A B
+
+
+@dataclass
+class DiffReport:
+    """What ``harness diff`` shows: both sides, the differing settings, metrics side by side, per query."""
+
+    a: str
+    b: str
+    protocol: ProtocolDiff
+    metrics: list[tuple[str, float, float]]  # (metric, A, B) for the metrics both record
+    per_query: PerQueryDiff | None  # None when B is a published cell (it has no per-query values)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "b": self.b,
+            "protocol_differences": [
+                {"setting": d.setting, "a": d.a, "b": d.b} for d in self.protocol.differences
+            ],
+            "not_recorded_by_a": self.protocol.only_b,
+            "not_recorded_by_b": self.protocol.only_a,
+            "metrics": [{"metric": name, "a": a, "b": b, "b_minus_a": b - a} for name, a, b in self.metrics],
+            "per_query": None if self.per_query is None else self.per_query.to_json(),
+            "notes": self.notes,
+        }
+
+
+def _describe_result(result: StoredResult) -> str:
+    return f"{result.directory}: {result.model} on {result.dataset} ({result.split})"
+
+
+def _shared_metrics(a: dict[str, float], b: dict[str, float], first: str) -> list[tuple[str, float, float]]:
+    names = [name for name in dict.fromkeys([first, *DIFF_METRICS]) if name in a and name in b]
+    return [(name, a[name], b[name]) for name in names]
+
+
+def _with_judged(result: StoredResult) -> dict[str, float]:
+    return {**result.metrics, **(result.judged.get("mean") or {})}
+
+
+def build_diff(
+    a_spec: str | Path,
+    b_spec: str | Path,
+    *,
+    metric: str = "ndcg@10",
+    top_queries: int = 5,
+    top_docs: int = 5,
+    references_file: Path | None = None,
+) -> DiffReport:
+    """Diff result folder A against result folder B, or against a published cell (``ref[:SOURCE]``)."""
+    metric = metric.strip().lower()
+    a = load_result(a_spec)
+    if is_reference_spec(str(b_spec)):
+        reference = find_reference(str(b_spec), a, references_file)
+        protocol = protocol_diff(result_protocol(a), reference_protocol(reference))
+        protocol.only_a = []  # a source states only some conditions; the rest are not differences
+        notes = ["B is a published number: it has no per-query values, so there is no per-query picture."]
+        return DiffReport(
+            _describe_result(a),
+            describe_reference(reference),
+            protocol,
+            _shared_metrics(_with_judged(a), reference.metrics, metric),
+            None,
+            notes,
+        )
+    b = load_result(b_spec)
+    same_queries = (a.dataset, a.split) == (b.dataset, b.split)
+    return DiffReport(
+        _describe_result(a),
+        _describe_result(b),
+        protocol_diff(result_protocol(a), result_protocol(b)),
+        _shared_metrics(_with_judged(a), _with_judged(b), metric),
+        per_query_diff(a, b, metric, top_queries=top_queries, top_docs=top_docs) if same_queries else None,
+        []
+        if same_queries
+        else ["A and B score different queries (dataset or split), so they are not paired."],
+    )
+
+
+def _short(value: Any, width: int = 48) -> str:
+    # JSON spelling, so strings show their quotes ("\n" vs " ") and null / true read as recorded.
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _protocol_lines(protocol: ProtocolDiff) -> list[str]:
+    if not protocol.differences:
+        return ["no protocol difference: every setting both sides record is equal"]
+    lines = [f"{len(protocol.differences)} recorded setting(s) differ and can move a number:"]
+    for difference in protocol.differences:
+        detail = difference.detail()
+        if detail:
+            for key, (a, b) in detail.items():
+                lines.append(f"  {difference.setting} [{key}]: A {_short(a)} | B {_short(b)}")
+        else:
+            lines.append(f"  {difference.setting}: A {_short(difference.a)} | B {_short(difference.b)}")
+    return lines
+
+
+def _doc_line(label: str, docs: list[RankedDoc]) -> str:
+    shown = [
+        f"{rank}. {doc.docid} [{'-' if doc.grade is None else doc.grade}]" for rank, doc in enumerate(docs, 1)
+    ]
+    return f"    {label} top {len(docs)}: " + ("  ".join(shown) or "(no documents)")
+
+
+def _per_query_lines(diff: PerQueryDiff) -> list[str]:
+    name = pretty_metric(diff.metric)
+    lines = [
+        f"Per query ({name} over {len(diff.qids)} paired queries; a query one side lacks scores as an empty ranking):",
+        f"  B wins {diff.wins}, ties {diff.ties}, loses {diff.losses} (tie: |B - A| <= {TIE_TOLERANCE:g})",
+    ]
+    if not diff.moved:
+        return [*lines, "  no query moved"]
+    lines.append(
+        "Queries that moved most ([grade] of each document; - = not judged"
+        + (f"; judgments from {diff.judgments}):" if diff.judgments else "; judgments unavailable):")
+    )
+    for move in diff.moved:
+        judged = ", ".join(f"{docid} ({grade})" for docid, grade in sorted(move.judged.items())) or "-"
+        lines += [
+            f"  query {move.qid}: A {move.a:.4f}  B {move.b:.4f}  ({move.delta:+.4f})",
+            f"    judged: {judged}",
+            _doc_line("A", move.a_top),
+            _doc_line("B", move.b_top),
+        ]
+    return lines
+
+
+def format_diff(report: DiffReport) -> str:
+    lines = [f"A  {report.a}", f"B  {report.b}", "", *_protocol_lines(report.protocol)]
+    if report.protocol.only_a:
+        lines.append("  not recorded by B: " + ", ".join(report.protocol.only_a))
+    if report.protocol.only_b:
+        lines.append("  not recorded by A: " + ", ".join(report.protocol.only_b))
+    if report.metrics:
+        width = max(len(pretty_metric(name)) for name, _, _ in report.metrics)
+        lines += ["", f"{'metric':<{width}}  {'A':>7}  {'B':>7}  {'B - A':>8}"]
+        lines += [
+            f"{pretty_metric(name):<{width}}  {a:7.4f}  {b:7.4f}  {b - a:+8.4f}"
+            for name, a, b in report.metrics
+        ]
+    if report.per_query is not None:
+        lines += ["", *_per_query_lines(report.per_query)]
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"

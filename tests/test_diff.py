@@ -1,0 +1,159 @@
+"""``harness diff A B``: each differing setting is named, identical results have none, and the per-query picture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
+
+from harness.cli import main
+from harness.results.diff import RESULT_SETTINGS
+
+
+@pytest.fixture(scope="module")
+def bm25_result(tmp_path_factory: pytest.TempPathFactory, beir_mirror: Path) -> Path:
+    """A real result folder, written by the real pipeline (BM25 on scifact is quick)."""
+    root = tmp_path_factory.mktemp("diff")
+    args = ["eval", "--results-dir", str(root / "results"), "--cache-dir", str(root / "cache")]
+    args += ["--data-dir", str(root / "data"), "--no-progress", "--mirror", str(beir_mirror)]
+    assert main([*args, "--dataset", "scifact", "--model", "bm25"]) == 0
+    return root / "results" / "scifact" / "bm25"
+
+
+def _edit(path: Path, change: Callable[[dict], None]) -> None:
+    payload = json.loads(path.read_text())
+    change(payload)
+    path.write_text(json.dumps(payload))
+
+
+def _config(*keys: str, value: object) -> Callable[[dict], None]:
+    def change(provenance: dict) -> None:
+        target = provenance["config"]
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    return change
+
+
+def _fingerprint(provenance: dict) -> None:
+    provenance["dataset"]["fingerprint"]["corpus.jsonl"] = "0" * 64
+
+
+def _runtime(provenance: dict) -> None:
+    provenance["retrieval"]["label"] = "onnx int8"
+
+
+def _torch(provenance: dict) -> None:
+    provenance["environment"]["versions"]["torch"] = "0.0.1"
+
+
+def _split(metrics: dict) -> None:
+    metrics["split"] = "dev"
+
+
+def _complete(metrics: dict) -> None:
+    metrics["settings"]["complete"] = True
+
+
+def _relevance(metrics: dict) -> None:
+    metrics["settings"]["relevance_level"] = 2
+
+
+# setting name as printed -> (file to edit, the one change a run with that other setting would record)
+ONE_CHANGE = {
+    "dataset checksum": ("provenance.json", _fingerprint),
+    "split": ("metrics.json", _split),
+    "identical-id rule (drop hits whose id is the query's)": (
+        "provenance.json",
+        _config("retrieval", "drop_identical_ids", value=True),
+    ),
+    "query prefix": ("provenance.json", _config("model", "settings", "query_prefix", value="query: ")),
+    "document prefix": ("provenance.json", _config("model", "settings", "doc_prefix", value="passage: ")),
+    "pooling": ("provenance.json", _config("model", "settings", "pooling", value="cls")),
+    "normalisation": ("provenance.json", _config("model", "settings", "normalize", value=True)),
+    "max length": ("provenance.json", _config("model", "settings", "max_length", value=256)),
+    "title joining": ("provenance.json", _config("model", "settings", "title_join", value=" ")),
+    "top-k": ("provenance.json", _config("retrieval", "top_k", value=100)),
+    "averaging (-c: judged queries without results count as 0)": ("metrics.json", _complete),
+    "relevance level": ("metrics.json", _relevance),
+    "score precision": ("provenance.json", _runtime),
+    "library versions that change scores": ("provenance.json", _torch),
+}
+
+
+def diff(capsys, a: Path, b: str | Path, *extra: str) -> str:
+    code = main(["diff", str(a), str(b), *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def test_identical_results_have_no_protocol_difference(bm25_result, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(bm25_result, copy)
+    out = diff(capsys, bm25_result, copy)
+    assert "no protocol difference" in out
+    assert "B wins 0, ties 300, loses 0" in out and "no query moved" in out
+
+
+@pytest.mark.parametrize("setting", list(ONE_CHANGE))
+def test_each_changed_setting_is_named_alone(bm25_result, tmp_path, capsys, setting):
+    assert setting in {name for name, _ in RESULT_SETTINGS}
+    changed = tmp_path / "changed"
+    shutil.copytree(bm25_result, changed)
+    filename, change = ONE_CHANGE[setting]
+    _edit(changed / filename, change)
+    out = diff(capsys, bm25_result, changed)
+    lines = out.splitlines()
+    assert "1 recorded setting(s) differ and can move a number:" in lines
+    named = [line for line in lines if line.startswith("  ") and ": A " in line]
+    assert len(named) == 1 and named[0].startswith(f"  {setting}"), named
+
+
+def test_a_published_cell_names_the_conditions_its_source_states(bm25_result, capsys):
+    # Pyserini's 2CR scores with trec_eval -c and drops identical ids; this run does neither.
+    out = diff(capsys, bm25_result, "ref:pyserini-2cr:bm25-flat")
+    assert "2 recorded setting(s) differ" in out
+    assert "  identical-id rule (drop hits whose id is the query's): A false | B true" in out
+    assert "  averaging (-c: judged queries without results count as 0): A false | B true" in out
+    assert "nDCG@10" in out and "0.6789" in out and "no per-query picture" in out
+
+
+def test_unknown_reference_is_one_error_line(bm25_result, capsys):
+    assert main(["diff", str(bm25_result), "ref:no-such-source"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: no published reference from source 'no-such-source'") and err.count("\n") == 1
+    )
+
+
+def test_per_query_picture_shows_wins_and_moved_queries_with_documents_and_judgments(
+    beir_mirror, tmp_path, capsys
+):
+    qrels = real_qrels(beir_mirror, "scifact")
+    fingerprint = real_fingerprint(beir_mirror, "scifact")
+    buried = every_other(qrels, 0)
+    data = beir_mirror / "scifact"
+    base = make_result(
+        tmp_path, "scifact", "base", synthetic_run(qrels, buried, 10), qrels, fingerprint, root=data
+    )
+    tuned = make_result(tmp_path, "scifact", "tuned", synthetic_run(qrels), qrels, fingerprint, root=data)
+    out = diff(
+        capsys, base, tuned, "--top-queries", "3", "--top-docs", "2", "-o", str(tmp_path / "diff.json")
+    )
+    assert f"B wins {len(buried)}, ties {len(qrels) - len(buried)}, loses 0" in out
+    first = sorted(buried)[0]  # moves of equal size are listed by query id
+    assert f"  query {first}: A 0.0000  B 1.0000  (+1.0000)" in out
+    judged_doc = sorted(qrels[first])[0]
+    assert f"{judged_doc} ({qrels[first][judged_doc]})" in out  # the query's judgments
+    assert (
+        "    A top 2: 1. filler-0 [-]  2. filler-1 [-]" in out
+    )  # the base buried it under unjudged documents
+    payload = json.loads((tmp_path / "diff.json").read_text())
+    assert payload["per_query"]["wins"] == len(buried) and len(payload["per_query"]["moved_most"]) == 3
+    assert payload["protocol_differences"][0]["setting"] == "model"
