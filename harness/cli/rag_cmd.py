@@ -14,8 +14,6 @@ from harness.cli.common import (
     significance_settings,
 )
 from harness.core.fileio import atomic_write_json
-from harness.core.paths import default_cache_dir
-from harness.models.registry import DEFAULT_MODEL
 from harness.qa.judge import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, REPEAT_TEMPERATURE, SINGLE_TEMPERATURE
 from harness.qa.rag import METRICS, PAIRING_RULE, RAGKeys
 from harness.qa.rag_run import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
@@ -24,6 +22,7 @@ _EXAMPLE_LINE = (
     '{"id": "q1", "question": "...", "answer": "...", "contexts": ["..."], "ground_truth": "...", '
     '"context_ids": ["d3", "d7"], "reference_context_ids": ["d7"]}'
 )
+_SETTINGS = [f.name for f in fields(RAGRunSettings) if f.name != "keys"]  # dests of the options but --*-key
 _METRICS_HELP = (
     f"comma-separated metrics ({', '.join(METRICS)}) or groups (ids, embedding, judge, all); default: every "
     "metric the file's fields allow, judged ones only with --judge"
@@ -46,15 +45,14 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
         help="judgments (TREC or BEIR qrels) in place of reference_context_ids; context_ids are then the "
         "ranked retrieved doc ids and a question's id is its query id",
     )
-    relevance.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
+    relevance.add_argument("--relevance-level", type=int, help="minimum grade counted as relevant")
     add_qrels_duplicates_argument(relevance)
     parser.add_argument("--metrics", action="append", default=None, help=_METRICS_HELP)
     parser.add_argument(
         "--embedding-model",
-        default=DEFAULT_MODEL,
         help="registry name, alias or model folder of the embedding model (default: %(default)s, offline)",
     )
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
+    parser.add_argument("--cache-dir", type=Path, help="env HARNESS_CACHE_DIR")
     judge = parser.add_argument_group("judge", "an OpenAI-compatible chat endpoint, used only with --judge")
     judge.add_argument("--judge", action="store_true", help="score the judged metrics (each call is cached)")
     judge.add_argument(
@@ -64,23 +62,19 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
     judge.add_argument(
         "--judge-api-key", help=f"bearer key, if the server wants one (env {' / '.join(API_KEY_ENV)})"
     )
-    judge.add_argument(
-        "--judge-repeats", type=positive_int, default=1, help="ask N times; report mean and spread"
-    )
-    judge.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per request (default: 60)")
-    judge.add_argument(
-        "--judge-retries", type=int, default=3, help="retries on timeout, 429, 5xx (default: 3)"
-    )
-    judge.add_argument(
-        "--judge-backoff", type=float, default=1.0, help="first retry delay, doubled each time"
-    )
-    judge.add_argument("--judge-rps", type=float, default=None, help="at most this many requests per second")
+    judge.add_argument("--judge-repeats", type=positive_int, help="ask N times; report mean and spread")
+    judge.add_argument("--judge-timeout", type=float, help="seconds per request (default: 60)")
+    judge.add_argument("--judge-retries", type=int, help="retries on timeout, 429, 5xx (default: 3)")
+    judge.add_argument("--judge-backoff", type=float, help="first retry delay, doubled each time")
+    judge.add_argument("--judge-rps", type=float, help="at most this many requests per second")
     judge.add_argument(
         "--judge-temperature",
         type=float,
-        default=None,
         help=f"sampling temperature (default: {SINGLE_TEMPERATURE} with one repeat, {REPEAT_TEMPERATURE} with several)",
     )
+    # The stage's defaults are the options' defaults (one home: harness run gets the same).
+    defaults = RAGRunSettings()
+    parser.set_defaults(**{name: getattr(defaults, name) for name in _SETTINGS})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -120,8 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _settings(args: argparse.Namespace) -> RAGRunSettings:
     keys = RAGKeys(**{name: getattr(args, f"{name}_key") for name in RAGKeys().to_json()})
-    options = {f.name: getattr(args, f.name) for f in fields(RAGRunSettings) if f.name != "keys"}
-    return RAGRunSettings(keys=keys, **options)
+    return RAGRunSettings(keys=keys, **{name: getattr(args, name) for name in _SETTINGS})
 
 
 def _warn(notice: Notice) -> None:
