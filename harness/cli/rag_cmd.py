@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 from harness.cli.common import (
     add_qrels_duplicates_argument,
@@ -13,40 +13,16 @@ from harness.cli.common import (
     positive_int,
     significance_settings,
 )
-from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, file_digest
-from harness.core.paths import default_cache_dir
-from harness.datasets.qrels import read_qrels
-from harness.models.registry import DEFAULT_MODEL
-from harness.qa.judge import (
-    API_KEY_ENV,
-    BASE_URL_ENV,
-    MODEL_ENV,
-    REPEAT_TEMPERATURE,
-    SINGLE_TEMPERATURE,
-    JudgeClient,
-    JudgeSettings,
-    env_value,
-)
-from harness.qa.rag import (
-    JUDGE_METRICS,
-    METRICS,
-    PAIRING_RULE,
-    RAGFile,
-    RAGKeys,
-    check_fields,
-    compare_scores,
-    default_metrics,
-    read_rag_file,
-    resolve_rag_metrics,
-)
-from harness.qa.rag_embed import TextEmbedder
-from harness.qa.rag_eval import RAGEvaluation, RAGEvaluator
+from harness.core.fileio import atomic_write_json
+from harness.qa.judge import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, REPEAT_TEMPERATURE, SINGLE_TEMPERATURE
+from harness.qa.rag import METRICS, PAIRING_RULE, RAGKeys
+from harness.qa.rag_run import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
 
 _EXAMPLE_LINE = (
     '{"id": "q1", "question": "...", "answer": "...", "contexts": ["..."], "ground_truth": "...", '
     '"context_ids": ["d3", "d7"], "reference_context_ids": ["d7"]}'
 )
+_SETTINGS = [f.name for f in fields(RAGRunSettings) if f.name != "keys"]  # dests of the options but --*-key
 _METRICS_HELP = (
     f"comma-separated metrics ({', '.join(METRICS)}) or groups (ids, embedding, judge, all); default: every "
     "metric the file's fields allow, judged ones only with --judge"
@@ -69,15 +45,14 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
         help="judgments (TREC or BEIR qrels) in place of reference_context_ids; context_ids are then the "
         "ranked retrieved doc ids and a question's id is its query id",
     )
-    relevance.add_argument("--relevance-level", type=int, default=1, help="minimum grade counted as relevant")
+    relevance.add_argument("--relevance-level", type=int, help="minimum grade counted as relevant")
     add_qrels_duplicates_argument(relevance)
     parser.add_argument("--metrics", action="append", default=None, help=_METRICS_HELP)
     parser.add_argument(
         "--embedding-model",
-        default=DEFAULT_MODEL,
         help="registry name, alias or model folder of the embedding model (default: %(default)s, offline)",
     )
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(), help="env HARNESS_CACHE_DIR")
+    parser.add_argument("--cache-dir", type=Path, help="env HARNESS_CACHE_DIR")
     judge = parser.add_argument_group("judge", "an OpenAI-compatible chat endpoint, used only with --judge")
     judge.add_argument("--judge", action="store_true", help="score the judged metrics (each call is cached)")
     judge.add_argument(
@@ -87,23 +62,19 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
     judge.add_argument(
         "--judge-api-key", help=f"bearer key, if the server wants one (env {' / '.join(API_KEY_ENV)})"
     )
-    judge.add_argument(
-        "--judge-repeats", type=positive_int, default=1, help="ask N times; report mean and spread"
-    )
-    judge.add_argument("--judge-timeout", type=float, default=60.0, help="seconds per request (default: 60)")
-    judge.add_argument(
-        "--judge-retries", type=int, default=3, help="retries on timeout, 429, 5xx (default: 3)"
-    )
-    judge.add_argument(
-        "--judge-backoff", type=float, default=1.0, help="first retry delay, doubled each time"
-    )
-    judge.add_argument("--judge-rps", type=float, default=None, help="at most this many requests per second")
+    judge.add_argument("--judge-repeats", type=positive_int, help="ask N times; report mean and spread")
+    judge.add_argument("--judge-timeout", type=float, help="seconds per request (default: 60)")
+    judge.add_argument("--judge-retries", type=int, help="retries on timeout, 429, 5xx (default: 3)")
+    judge.add_argument("--judge-backoff", type=float, help="first retry delay, doubled each time")
+    judge.add_argument("--judge-rps", type=float, help="at most this many requests per second")
     judge.add_argument(
         "--judge-temperature",
         type=float,
-        default=None,
         help=f"sampling temperature (default: {SINGLE_TEMPERATURE} with one repeat, {REPEAT_TEMPERATURE} with several)",
     )
+    # The stage's defaults are the options' defaults (one home: harness run gets the same).
+    defaults = RAGRunSettings()
+    parser.set_defaults(**{name: getattr(defaults, name) for name in _SETTINGS})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -138,98 +109,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     compare.set_defaults(func=run_compare)
 
 
-# ---- shared steps --------------------------------------------------------------------------------
+# ---- running -------------------------------------------------------------------------------------
 
 
-def _keys(args: argparse.Namespace) -> RAGKeys:
-    return RAGKeys(**{name: getattr(args, f"{name}_key") for name in RAGKeys().to_json()})
+def _settings(args: argparse.Namespace) -> RAGRunSettings:
+    keys = RAGKeys(**{name: getattr(args, f"{name}_key") for name in RAGKeys().to_json()})
+    return RAGRunSettings(keys=keys, **{name: getattr(args, name) for name in _SETTINGS})
 
 
-def _read(path: Path, args: argparse.Namespace) -> RAGFile:
-    qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels if args.qrels else None
-    rag_file = read_rag_file(
-        path, _keys(args), qrels=qrels, qrels_path=args.qrels, relevance_level=args.relevance_level
-    )
-    if rag_file.empty_answers:
-        print(f"warning: {path}: {rag_file.empty_answers} empty answer(s), scored 0", file=sys.stderr)
-    if rag_file.duplicates:
-        qid, first, repeated = rag_file.duplicates[0]
-        print(
-            f"warning: {path}: {len(rag_file.duplicates)} repeated id(s), e.g. {qid!r} on lines {first} and "
-            f"{repeated}; kept each id's first line",
-            file=sys.stderr,
-        )
-    return rag_file
-
-
-def _judge_settings(args: argparse.Namespace) -> JudgeSettings:
-    base_url = args.judge_base_url or env_value(BASE_URL_ENV)
-    if not base_url:
-        raise HarnessError(
-            "--judge needs the server's base URL: --judge-base-url http://127.0.0.1:8000/v1 or "
-            "HARNESS_JUDGE_BASE_URL / OPENAI_BASE_URL"
-        )
-    temperature = args.judge_temperature
-    if temperature is None:
-        temperature = SINGLE_TEMPERATURE if args.judge_repeats == 1 else REPEAT_TEMPERATURE
-    return JudgeSettings(
-        base_url=base_url,
-        model=args.judge_model or env_value(MODEL_ENV) or "",
-        api_key=args.judge_api_key or env_value(API_KEY_ENV),
-        timeout=args.judge_timeout,
-        retries=args.judge_retries,
-        backoff=args.judge_backoff,
-        max_rps=args.judge_rps,
-        temperature=temperature,
-    ).validate()
-
-
-def _evaluator(args: argparse.Namespace, files: list[RAGFile]) -> RAGEvaluator:
-    metrics = resolve_rag_metrics(args.metrics)
-    if metrics is None:
-        metrics = _default_metrics(files, judge=args.judge)
-    if not metrics:
-        raise HarnessError(
-            f"{files[0].path}: no metric can be computed from its fields; see --help for the keys"
-        )
-    judged = [m for m in metrics if m in JUDGE_METRICS]
-    if judged and not args.judge:
-        raise HarnessError(f"{', '.join(judged)} need a judge model; add --judge (see --help)")
-    keys = _keys(args)
-    for rag_file in files:
-        check_fields(rag_file, metrics, keys)
-    judge = JudgeClient(_judge_settings(args), args.cache_dir) if args.judge else None
-    embedder = (
-        TextEmbedder.from_spec(args.embedding_model, args.cache_dir)
-        if RAGEvaluator.needs_embedder(metrics)
-        else None
-    )
-    return RAGEvaluator(metrics, embedder=embedder, judge=judge, repeats=args.judge_repeats)
-
-
-def _default_metrics(files: list[RAGFile], *, judge: bool) -> list[str]:
-    """The metrics every file's fields allow; a note names those some lines' missing fields rule out."""
-    chosen: list[str] | None = None
-    for rag_file in files:
-        allowed, partial = default_metrics(rag_file, judge=judge)
-        chosen = [m for m in allowed if chosen is None or m in chosen]
-        if partial:
-            print(
-                f"note: {rag_file.path}: not every line has the fields of {', '.join(partial)}; left out "
-                "(name them in --metrics to see the first such line)",
-                file=sys.stderr,
-            )
-    return chosen or []
-
-
-def _file_summary(rag_file: RAGFile) -> dict[str, Any]:
-    return {
-        "path": str(rag_file.path),
-        "sha256": file_digest(rag_file.path, "sha256"),
-        "questions": len(rag_file.rows),
-        "relevance": rag_file.relevance,
-        **rag_file.warnings(),
-    }
+def _warn(notice: Notice) -> None:
+    print(notice, file=sys.stderr)
 
 
 def _print_rows(rows: list[list[str]]) -> None:
@@ -238,151 +127,31 @@ def _print_rows(rows: list[list[str]]) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
-def _print_provenance(evaluator: RAGEvaluator) -> None:
-    if evaluator.embedder is not None:
-        described = evaluator.embedder.describe()
-        print(f"embedding model: {described['model']} ({described['settings']['runtime']} fp32, normalised)")
-    if evaluator.judge is not None:
-        stats = evaluator.judge.stats()
-        print(
-            f"judge: {evaluator.judge.settings.model} at {evaluator.judge.settings.endpoint}; "
-            f"{stats['requests']} requests, {stats['cache_hits']} cached replies, {stats['retries']} retries, "
-            f"{stats['timeouts']} timeouts, {stats['malformed_replies']} malformed replies"
-        )
-
-
-# ---- rag-eval ------------------------------------------------------------------------------------
-
-
-def _per_question(rag_file: RAGFile, result: RAGEvaluation) -> list[dict[str, Any]]:
-    rows = []
-    for row in rag_file.rows:
-        entry = {"id": row.qid, "line": row.line, **result.per_question[row.qid]}
-        if row.qid in result.repeats:
-            entry["judge_repeats"] = result.question_spread(row.qid)
-        rows.append(entry)
-    return rows
-
-
 def run_eval(args: argparse.Namespace) -> int:
-    rag_file = _read(args.data, args)
-    evaluator = _evaluator(args, [rag_file])
-    result = evaluator.evaluate(rag_file.rows)
-    table = result.aggregate()
-    report: dict[str, Any] = {
-        "data": _file_summary(rag_file),
-        "keys": _keys(args).to_json(),
-        "metrics": evaluator.metrics,
-        "settings": evaluator.settings(),
-        "aggregate": table,
-    }
-    if evaluator.judge is not None:
-        report["judge_repeats"] = result.repeat_summary(evaluator.repeats)
-        report["judge_calls"] = evaluator.judge.stats()
-    if args.per_question:
-        report["per_question"] = _per_question(rag_file, result)
+    report = evaluate_rag_file(args.data, _settings(args), per_question=args.per_question, notify=_warn)
     if args.output:
-        atomic_write_json(args.output, report)
-
-    counts = rag_file.warnings()
-    print(
-        f"{rag_file.path}: {len(rag_file.rows)} questions, {counts['empty_answers']} empty answers, "
-        f"{counts['duplicate_ids']} repeated ids dropped; relevance from {rag_file.relevance}"
-    )
-    repeats = report.get("judge_repeats", {})
-    header = ["metric", "mean", "questions", "undefined"] + (
-        ["repeat spread (sd)"] if evaluator.repeats > 1 else []
-    )
-    rows = [header]
-    for metric, row in table.items():
-        cells = [metric, _fmt(row["mean"]), str(row["questions"]), str(row["undefined"])]
-        if evaluator.repeats > 1:
-            cells.append(_fmt(repeats[metric]["std"]) if metric in repeats else "")
-        rows.append(cells)
-    _print_rows(rows)
-    _print_provenance(evaluator)
+        atomic_write_json(args.output, report.to_json())
+    print(report.summary_line())
+    _print_rows(report.table_rows())
+    for line in report.provenance_lines():
+        print(line)
     if args.per_question and not args.output:
         print()
-        _print_rows(
-            [["id", *evaluator.metrics]]
-            + [[qid, *(_fmt(s.get(m)) for m in evaluator.metrics)] for qid, s in result.per_question.items()]
-        )
+        _print_rows(report.question_rows())
     if args.output:
         print(f"report: {args.output}")
     return 0
 
 
-# ---- rag-compare ---------------------------------------------------------------------------------
-
-
 def run_compare(args: argparse.Namespace) -> int:
-    settings = significance_settings(args)
-    file_a, file_b = _read(args.system_a, args), _read(args.system_b, args)
-    evaluator = _evaluator(args, [file_a, file_b])
-    result_a, result_b = evaluator.evaluate(file_a.rows), evaluator.evaluate(file_b.rows)
-    labels = (str(file_a.path), str(file_b.path))
-    comparisons = compare_scores(
-        labels, result_a.per_question, result_b.per_question, evaluator.metrics, settings
-    )
-    if not comparisons:
-        raise HarnessError("no metric is defined for any question of either file; nothing to compare")
-    ids_a, ids_b = set(result_a.per_question), set(result_b.per_question)
-    if not ids_a & ids_b:
-        raise HarnessError(f"{file_a.path} and {file_b.path} share no question id; check --id-key")
+    significance = significance_settings(args)
+    report = compare_rag_files(args.system_a, args.system_b, _settings(args), significance, notify=_warn)
     if args.output:
-        atomic_write_json(
-            args.output,
-            {
-                "a": _file_summary(file_a),
-                "b": _file_summary(file_b),
-                "pairing_rule": PAIRING_RULE,
-                "only_in_a": sorted(ids_a - ids_b),
-                "only_in_b": sorted(ids_b - ids_a),
-                "significance": settings.to_json(),
-                "confidence_interval": settings.confidence_interval(),
-                "settings": evaluator.settings(),
-                "results": {metric: comparison.to_json() for metric, comparison in comparisons.items()},
-            },
-        )
-    print(f"A: {file_a.path}  B: {file_b.path}")
-    print(
-        f"questions: {len(ids_a | ids_b)}; only in A: {len(ids_a - ids_b)}; only in B: {len(ids_b - ids_a)}"
-    )
-    print(f"pairing: {PAIRING_RULE}")
-    print(f"test: {settings.describe()}, seed {settings.seed}")
-    rows = [
-        [
-            "metric",
-            "n",
-            "A",
-            "B",
-            "B-A",
-            f"{settings.confidence:.0%} CI",
-            "p",
-            f"p ({settings.correction})",
-            "",
-        ]
-    ]
-    for metric, row in comparisons.items():
-        rows.append(
-            [
-                metric,
-                str(row.n_queries),
-                f"{row.mean_baseline:.4f}",
-                f"{row.mean_system:.4f}",
-                f"{row.difference:+.4f}",
-                f"[{row.ci_low:+.4f}, {row.ci_high:+.4f}]",
-                f"{row.p_value:.4g}",
-                f"{row.p_value_adjusted:.4g}",
-                "*" if row.significant else "",
-            ]
-        )
-    _print_rows(rows)
-    _print_provenance(evaluator)
+        atomic_write_json(args.output, report.to_json())
+    print(*report.summary_lines(), sep="\n")
+    _print_rows(report.table_rows())
+    for line in report.provenance_lines():
+        print(line)
     if args.output:
         print(f"report: {args.output}")
     return 0
