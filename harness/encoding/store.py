@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.artifacts import CorruptArtifact, load_array, save_array
 from harness.core.cache import MANIFEST, CacheLayout, digest_of, finished_shards, shard_paths
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write, atomic_write_json, read_json_object
+from harness.core.fileio import atomic_write_json, read_json_object
 from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 
 log = logging.getLogger(__name__)
@@ -56,17 +57,31 @@ def write_shard(
     if vectors.ndim != 2 or vectors.shape[0] != len(ids):
         raise ValueError(f"shard {index}: {len(ids)} ids but vectors of shape {vectors.shape}")
     vectors_path, ids_path = shard_paths(directory, index)
-    with atomic_write(vectors_path, "wb") as handle:
-        np.save(handle, vectors, allow_pickle=False)
     meta = {
         "index": index,
         "count": len(ids),
         "dim": int(vectors.shape[1]),
         "seconds": round(seconds, 3),
+        "vectors": save_array(vectors_path, vectors),  # size, sha256, shape: checked on every read
         "ids": ids,
     }
     atomic_write_json(ids_path, meta)
     return meta
+
+
+def read_shard(directory: Path, index: int, dim: int | None, *, fix: str) -> tuple[list[str], np.ndarray]:
+    """One shard's ids and memory-mapped vectors, checked against what was recorded when it was written.
+
+    A shard changed, truncated or reshaped since is refused (``CorruptArtifact`` naming the file).
+    Shards written before records existed carry none: their shape is still checked.
+    """
+    vectors_path, ids_path = shard_paths(directory, index)
+    meta = read_json_object(ids_path, fix=fix)
+    ids = meta.get("ids")
+    if not isinstance(ids, list):
+        raise CorruptArtifact(ids_path, "has no list of ids", fix)
+    vectors = load_array(vectors_path, meta.get("vectors"), shape=(len(ids), dim), mmap=True, fix=fix)
+    return ids, vectors
 
 
 @dataclass(frozen=True)
@@ -147,20 +162,9 @@ class ShardedEmbeddings:
 
     def shards(self) -> Iterator[tuple[list[str], np.ndarray]]:
         for index in range(self.num_shards):
-            vectors_path, ids_path = shard_paths(self.directory, index)
-            ids = _read_json(ids_path)["ids"]
-            try:
-                vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as error:
-                raise HarnessError(
-                    f"{vectors_path}: unreadable shard ({error}); `harness cache clear` frees it"
-                ) from None
-            if vectors.shape != (len(ids), self.dim):
-                raise HarnessError(
-                    f"{vectors_path}: shape {vectors.shape} does not match {len(ids)} ids x dim {self.dim}; "
-                    f"`harness cache clear {self.key[:12]}` and rerun"
-                )
-            yield ids, vectors
+            yield read_shard(
+                self.directory, index, self.dim, fix=f"`harness cache clear {self.key[:12]}` and rerun"
+            )
 
     def doc_ids(self) -> list[str]:
         return [doc_id for ids, _ in self.shards() for doc_id in ids]
@@ -350,13 +354,10 @@ class EmbeddingCache:
         inputs = self.queries_key_inputs(dataset, encoder)
         key = digest_of(inputs)
         directory = self._entry_dir(dataset, encoder, "queries", key)
-        vectors_path, ids_path = shard_paths(directory, 0)
-        if vectors_path.is_file() and ids_path.is_file():
-            ids = _read_json(ids_path)["ids"]
-            vectors = np.load(vectors_path, allow_pickle=False)
-            if vectors.shape[0] == len(ids):
-                log.info("query embeddings of %s for %s found in cache", dataset.name, encoder.model.slug)
-                return ids, vectors
+        cached = self._cached_queries(directory)
+        if cached is not None:
+            log.info("query embeddings of %s for %s found in cache", dataset.name, encoder.model.slug)
+            return cached
         ids = list(dataset.queries)
         started = time.perf_counter()
         vectors = encoder.encode_queries([dataset.queries[query_id] for query_id in ids])
@@ -382,3 +383,16 @@ class EmbeddingCache:
         }
         atomic_write_json(directory / MANIFEST, manifest)
         return ids, np.asarray(vectors, dtype=np.float32)
+
+    @staticmethod
+    def _cached_queries(directory: Path) -> tuple[list[str], np.ndarray] | None:
+        """The cached query vectors, or None when absent or damaged (then they are encoded again)."""
+        vectors_path, ids_path = shard_paths(directory, 0)
+        if not (vectors_path.is_file() and ids_path.is_file()):
+            return None
+        try:
+            ids, vectors = read_shard(directory, 0, None, fix="encoding the queries again")
+        except HarnessError as error:  # queries are cheap to encode: redo them rather than stop
+            log.warning("%s", error)
+            return None
+        return ids, np.array(vectors)
