@@ -22,9 +22,8 @@ from harness import __version__
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.core.protocols import EvalDataset
-from harness.datasets.prepare import DataSettings, open_dataset
+from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
 from harness.datasets.qrels import DEFAULT_DUPLICATES
-from harness.datasets.registry import get_dataset_record
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
@@ -338,8 +337,7 @@ class PairOutcome:
 def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> None:
     """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working."""
     for dataset in datasets:
-        if not Path(dataset).is_dir():
-            get_dataset_record(dataset)
+        check_dataset_spec(dataset)
     for model in models:
         resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
         check_encoder_options(resolved, options.device, options.encoder_options)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import HarnessError
 from harness.core.fileio import read_json_or_none
 
 EMBEDDINGS_DIR = "embeddings"
@@ -231,6 +232,21 @@ def leftovers(root: str | Path) -> list[Path]:
         if not any(parent in found for parent in path.parents):
             found.append(path)
     return found
+
+
+MIN_KEY_PREFIX = 4  # shorter prefixes select too much by accident (an unset $KEY is "")
+_KEY_PREFIX = re.compile(r"[0-9a-f]+")
+
+
+def check_key_prefixes(prefixes: list[str]) -> None:
+    """Refuse key prefixes that are empty, too short or not hex before anything is deleted by them."""
+    for prefix in prefixes:
+        if len(prefix) < MIN_KEY_PREFIX or not _KEY_PREFIX.fullmatch(prefix):
+            shown = "an empty KEY" if not prefix.strip() else f"KEY {prefix!r}"
+            raise HarnessError(
+                f"{shown} is ambiguous: give at least {MIN_KEY_PREFIX} hex characters of a key from "
+                "`harness cache list`, or --all to clear everything"
+            )
 
 
 def remove_path(path: Path) -> int:

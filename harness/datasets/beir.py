@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from harness.core.cache import digest_of
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import iter_lines
 from harness.datasets.checksums import ChecksumStore
@@ -371,6 +372,20 @@ def _dataset_name_for(root: Path) -> str:
     return nested if nested in registry else root.name
 
 
+def identity_name(folder_name: str, record: Any, fingerprint: dict[str, str]) -> str:
+    """The name a folder's results are kept under: its identity, not just its folder name.
+
+    A folder is the registry dataset it is named after only when every file it is read from matches
+    that dataset's pins; any other folder is ``<folder name>@<first 8 hex of its files' checksums>``,
+    so a home-made ``./mine/scifact`` never replaces the genuine scifact's results, and two different
+    folders of the same name never replace each other's.
+    """
+    pins = getattr(record, "files", None) or {}
+    if fingerprint and all(pins.get(relative) == sha for relative, sha in fingerprint.items()):
+        return folder_name
+    return f"{folder_name}@{digest_of(fingerprint)[:8]}"
+
+
 def load_dataset(
     folder: str | Path,
     split: str | None = None,
@@ -392,6 +407,7 @@ def load_dataset(
     root = Path(folder)
     if not root.is_dir():
         raise HarnessError(f"dataset folder {root} does not exist (`harness data download NAME` fetches one)")
+    named_by_caller = name is not None
     name = name or _dataset_name_for(root)
     record = dataset_registry().get(name)
     split = split or (record.eval_split if record else "test")
@@ -434,7 +450,7 @@ def load_dataset(
         del qrels[query_id]
     # BEIR keeps exactly the judged queries; we keep queries.jsonl order (BEIR's is qrels order).
     queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
-    return BeirDataset(
+    dataset = BeirDataset(
         name=name,
         root=root,
         split=split,
@@ -449,3 +465,6 @@ def load_dataset(
         checksums=checksums,
         _num_docs=scan.num_docs,
     )
+    if not named_by_caller:
+        dataset.name = identity_name(name, record, dataset.fingerprint())
+    return dataset
