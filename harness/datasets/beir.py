@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 
 from harness.core.cache import digest_of
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import iter_lines
+from harness.core.fileio import iter_lines, read_json_or_none
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
-from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, dataset_registry
+from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, dataset_registry
 
 log = logging.getLogger(__name__)
 
@@ -372,17 +372,23 @@ def _dataset_name_for(root: Path) -> str:
     return nested if nested in registry else root.name
 
 
-def identity_name(folder_name: str, record: Any, fingerprint: dict[str, str]) -> str:
+def identity_name(root: Path, folder_name: str, record: Any, fingerprint: dict[str, str]) -> str:
     """The name a folder's results are kept under: its identity, not just its folder name.
 
-    A folder is the registry dataset it is named after only when every file it is read from matches
-    that dataset's pins; any other folder is ``<folder name>@<first 8 hex of its files' checksums>``,
-    so a home-made ``./mine/scifact`` never replaces the genuine scifact's results, and two different
-    folders of the same name never replace each other's.
+    A folder is the registry dataset it is named after when every file it is read from matches that
+    dataset's pins, or, for files no pin covers (or a re-serialised hub copy), when ``harness data
+    download`` installed it (and checked it then). Any other folder is ``<folder name>@<first 8 hex of
+    its files' checksums>``: a home-made ``./mine/scifact`` never replaces the genuine scifact's
+    results, and two different folders of the same name never replace each other's.
     """
-    pins = getattr(record, "files", None) or {}
-    if fingerprint and all(pins.get(relative) == sha for relative, sha in fingerprint.items()):
-        return folder_name
+    if record is not None and fingerprint:
+        pins = record.files
+        source = read_json_or_none(root / SOURCE_FILE)
+        if all(pins.get(relative) == sha for relative, sha in fingerprint.items()):
+            return folder_name
+        unpinned = not any(relative in pins for relative in fingerprint)
+        if source is not None and (unpinned or source.get("kind") == "hub"):
+            return folder_name
     return f"{folder_name}@{digest_of(fingerprint)[:8]}"
 
 
@@ -466,5 +472,5 @@ def load_dataset(
         _num_docs=scan.num_docs,
     )
     if not named_by_caller:
-        dataset.name = identity_name(name, record, dataset.fingerprint())
+        dataset.name = identity_name(root, name, record, dataset.fingerprint())
     return dataset
