@@ -47,6 +47,13 @@ class Document(NamedTuple):
 def _record_id(value: Any, path: Path, line: int, what: str) -> str:
     # BEIR ids are strings; integer ids (common in home-made corpora) are accepted as their decimal text.
     if isinstance(value, str) and value:
+        if value.split() != [value]:  # as a TREC run file splits its columns: the id would not survive
+            raise InputError(
+                path,
+                line,
+                f"{what} `_id` {value!r} contains whitespace",
+                "ids must be single tokens: rename it",
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -144,7 +151,29 @@ def load_queries(path: str | Path) -> dict[str, str]:
             )
         queries[query_id] = text
         first_line[query_id] = number
+    if not queries:
+        raise InputError(
+            path, None, "no queries (empty file?)", 'one JSON object per line: {"_id": ..., "text": ...}'
+        )
     return queries
+
+
+def _check_query_texts(path: Path, queries: dict[str, str]) -> None:
+    """Refuse judged queries with empty text: they retrieve nothing and would silently leave the average."""
+    empty = {query_id for query_id, text in queries.items() if not text.strip()}
+    if not empty:
+        return
+    line = next(
+        (number for number, record in _iter_json_records(path, "query") if str(record.get("_id")) in empty),
+        None,
+    )
+    first = next(query_id for query_id in queries if query_id in empty)
+    raise InputError(
+        path,
+        line,
+        f"query {first!r} has empty text ({len(empty)} judged queries do)",
+        "give it text, or remove it and its qrels rows",
+    )
 
 
 @dataclass
@@ -456,6 +485,14 @@ def load_dataset(
         del qrels[query_id]
     # BEIR keeps exactly the judged queries; we keep queries.jsonl order (BEIR's is qrels order).
     queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
+    if not queries:
+        raise InputError(
+            qrels_path,
+            None,
+            f"none of its {len(report.missing_query_ids)} judged queries is in {queries_path}",
+            "check that the queries and qrels files belong to the same dataset",
+        )
+    _check_query_texts(queries_path, queries)
     dataset = BeirDataset(
         name=name,
         root=root,
