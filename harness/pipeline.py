@@ -68,7 +68,7 @@ class EvalOptions:
     strict: bool = False
     qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
     trust_remote_code: bool = False
-    shard_size: int = 50_000
+    shard_size: int | None = None  # None: sized by the corpus (harness.core.cache.auto_shard_size)
     force: bool = False
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,19 @@ def digest_of(payload: Any) -> str:
 def safe_name(name: str) -> str:
     """``name`` with every character a file system might mind replaced by ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "x"
+
+
+# Resume granularity: a corpus is split into at least CHECKPOINTS shards (each written whole), so a
+# killed encode of a small corpus resumes too; shards stay between MIN and MAX documents.
+MAX_SHARD_DOCS = 50_000
+MIN_SHARD_DOCS = 256
+CHECKPOINTS = 8
+LEGACY_SHARD_DOCS = 50_000  # every corpus's shard size before it depended on the corpus size
+
+
+def auto_shard_size(num_docs: int) -> int:
+    """Documents per shard when none is asked for: ``min(MAX, max(MIN, ceil(num_docs / CHECKPOINTS)))``."""
+    return min(MAX_SHARD_DOCS, max(MIN_SHARD_DOCS, math.ceil(num_docs / CHECKPOINTS)))
 
 
 def shard_paths(directory: Path, index: int) -> tuple[Path, Path]:

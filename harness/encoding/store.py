@@ -31,9 +31,17 @@ from typing import Any
 import numpy as np
 
 from harness.core.artifacts import CorruptArtifact, load_array, save_array
-from harness.core.cache import MANIFEST, CacheLayout, digest_of, finished_shards, shard_paths
+from harness.core.cache import (
+    LEGACY_SHARD_DOCS,
+    MANIFEST,
+    CacheLayout,
+    auto_shard_size,
+    digest_of,
+    finished_shards,
+    shard_paths,
+)
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, read_json_object
+from harness.core.fileio import atomic_write_json, read_json_object, read_json_or_none
 from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 
 log = logging.getLogger(__name__)
@@ -202,8 +210,33 @@ class EmbeddingCache:
             "shard_size": shard_size,
         }
 
-    def corpus_key(self, dataset, encoder, shard_size: int = 50_000) -> str:
-        return digest_of(self.corpus_key_inputs(dataset, encoder, shard_size))
+    def corpus_key(self, dataset, encoder, shard_size: int | None = None) -> str:
+        size = self.shard_size_for(dataset, encoder, shard_size)
+        return digest_of(self.corpus_key_inputs(dataset, encoder, size))
+
+    def shard_size_for(self, dataset, encoder, requested: int | None) -> int:
+        """``requested``, or the corpus-sized default (``auto_shard_size``).
+
+        The shard size is part of the key, so the default would miss entries written when every
+        corpus had 50,000-document shards: a complete one of those is used instead of encoding again.
+        """
+        if requested is not None:
+            return requested
+        size = auto_shard_size(int(dataset.num_docs))
+        legacy_only = size != LEGACY_SHARD_DOCS and not self._complete(dataset, encoder, size)
+        if legacy_only and self._complete(dataset, encoder, LEGACY_SHARD_DOCS):
+            log.info(
+                "using the complete cache entry of %s written with %d-document shards",
+                dataset.name,
+                LEGACY_SHARD_DOCS,
+            )
+            return LEGACY_SHARD_DOCS
+        return size
+
+    def _complete(self, dataset, encoder, shard_size: int) -> bool:
+        key = digest_of(self.corpus_key_inputs(dataset, encoder, shard_size))
+        manifest = read_json_or_none(self._entry_dir(dataset, encoder, "corpus", key) / MANIFEST) or {}
+        return bool(manifest.get("complete")) and manifest.get("key") == key
 
     def queries_key_inputs(self, dataset, encoder) -> dict[str, Any]:
         # The queries file and the split's qrels: together they decide which queries are encoded.
@@ -220,8 +253,8 @@ class EmbeddingCache:
     def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
         return self.layout.embeddings_entry(dataset.name, encoder.model.slug, kind, key)
 
-    def corpus_directory(self, dataset, encoder, shard_size: int = 50_000) -> Path:
-        """The folder that holds (or will hold) this corpus entry's shards; nothing is read or written."""
+    def corpus_directory(self, dataset, encoder, shard_size: int | None = None) -> Path:
+        """The folder that holds (or will hold) this corpus entry's shards; nothing is written."""
         return self._entry_dir(dataset, encoder, "corpus", self.corpus_key(dataset, encoder, shard_size))
 
     # ---- corpus -----------------------------------------------------------------------------
@@ -231,7 +264,7 @@ class EmbeddingCache:
         dataset,
         encoder,
         *,
-        shard_size: int = 50_000,
+        shard_size: int | None = None,
         progress: bool = True,
         encode_shards: Callable[[ShardJob, list[int]], Any] = encode_corpus_shards,
     ) -> ShardedEmbeddings:
@@ -240,6 +273,7 @@ class EmbeddingCache:
         ``encode_shards`` does the encoding; it takes ``encode_corpus_shards``'s arguments, so a pool
         of processes or Ray actors (``harness.encoding.pool``, ``harness.encoding.ray_pool``) can stand in.
         """
+        shard_size = self.shard_size_for(dataset, encoder, shard_size)
         if shard_size <= 0:
             raise HarnessError(f"shard size must be positive, not {shard_size}")
         inputs = self.corpus_key_inputs(dataset, encoder, shard_size)
