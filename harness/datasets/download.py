@@ -455,12 +455,12 @@ def install_dataset(
     place is never removed except by ``force``, and then only after the new one is verified.
     """
     dest = data_dir / record.archive_dir
+    clean_stale(data_dir, f"{STAGING_PREFIX}*")  # staging folders of killed installs
     if dest.exists() and not force:
         return _existing_copy(dest, record, strict)
     if data_dir.exists() and not data_dir.is_dir():
         raise HarnessError(f"data directory {data_dir} is a file; point --data-dir at a folder")
     data_dir.mkdir(parents=True, exist_ok=True)
-    clean_stale(data_dir, f"{STAGING_PREFIX}*")
     with _install_lock(data_dir, record.name):
         if dest.exists() and not force:  # installed by another process while this one waited
             return _existing_copy(dest, record, strict)
