@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO_ROOT
+from tiny_bert import tiny_record
 
 from harness.cli import main
 from harness.core.cache import auto_shard_size, shard_paths
@@ -32,9 +33,11 @@ from harness.datasets.beir import load_dataset
 from harness.datasets.checksums import SIDECAR_FILE
 from harness.datasets.download import DownloadError, fetch_url
 from harness.datasets.registry import SOURCE_FILE, get_dataset_record
+from harness.encoding.encoder import Encoder
+from harness.encoding.onnx import ensure_exported
 from harness.encoding.plan import EncodingSettings, encoder_spec_for
 from harness.encoding.store import EmbeddingCache, encode_corpus_shards
-from harness.models.resolve import resolve_model
+from harness.models.resolve import resolve_model, resolve_record
 from harness.results.store import load_result
 
 WORDS = [
@@ -564,3 +567,15 @@ def test_a_dropped_connection_is_one_clean_line(toy_registry: Path, tmp_path: Pa
         assert not (data_dir / "toy").exists()
     finally:
         server.close()
+
+
+def test_a_changed_onnx_export_is_exported_again(tmp_path: Path, tiny_bert_dir: Path, caplog):
+    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", cache_dir=tmp_path / "cache")
+    graph, record = ensure_exported(encoder.load(), encoder.model, tmp_path / "cache")
+    assert record["files"]["model.onnx"]["bytes"] == graph.stat().st_size
+    good = graph.read_bytes()
+    graph.write_bytes(good[: len(good) // 2])  # truncated from outside
+    again, _ = ensure_exported(encoder.load(), encoder.model, tmp_path / "cache")
+    assert again == graph and graph.read_bytes() == good
+    notes = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert any(str(graph) in note and "exporting it again" in note for note in notes), notes
