@@ -129,7 +129,7 @@ def eval_args(work: Path, dataset: str | Path, model: str | Path = "bm25", *extr
 def toy_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A registry overlay with dataset ``toy`` (no pins, a dead URL) and a local mirror folder holding it."""
     mirror = tmp_path / "mirror"
-    toy_dataset(mirror / "toy", num_docs=3000)
+    toy_dataset(mirror / "toy", num_docs=10_000)  # big enough that installs and loads overlap
     document = {
         "datasets": {
             "toy": {"url": "http://127.0.0.1:9/toy.zip", "splits": ["test"], "eval_split": "test"},
