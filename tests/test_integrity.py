@@ -449,14 +449,17 @@ def test_ids_with_whitespace_are_refused_at_load_by_file_and_line(tmp_path: Path
     _eval_fails(tmp_path, capsys, folder, f"{folder / name}:3:", "contains whitespace", "rename it")
 
 
-def test_a_judged_query_with_empty_text_is_refused(tmp_path: Path, capsys):
+def test_judged_queries_with_empty_text_are_counted_in_a_warning(tmp_path: Path, capsys, caplog):
     folder = toy_dataset(tmp_path / "toy")
     lines = (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     lines[3] = json.dumps({"_id": "q3", "text": "  "}) + "\n"
     (folder / "queries.jsonl").write_text("".join(lines), encoding="utf-8")
-    _eval_fails(
-        tmp_path, capsys, folder, f"{folder / 'queries.jsonl'}:4:", "'q3' has empty text", "give it text"
-    )
+    assert main(eval_args(tmp_path, folder)) == 0
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    expected = f"{folder / 'queries.jsonl'}:4: 1 judged queries have empty text (first 'q3')"
+    assert any(warning.startswith(expected) and "--complete" in warning for warning in warnings), warnings
+    (result,) = (tmp_path / "results").glob("toy@*/bm25")
+    assert "q3" not in load_result(result).per_query  # left out, as the warning says
 
 
 def test_an_empty_queries_file_is_named(tmp_path: Path, capsys):

@@ -158,8 +158,13 @@ def load_queries(path: str | Path) -> dict[str, str]:
     return queries
 
 
-def _check_query_texts(path: Path, queries: dict[str, str]) -> None:
-    """Refuse judged queries with empty text: they retrieve nothing and would silently leave the average."""
+def _warn_on_empty_query_texts(path: Path, queries: dict[str, str]) -> None:
+    """Say (file, line, count) which judged queries have empty text: they retrieve nothing.
+
+    A warning, not an error: BEIR keeps such queries and every retriever returns an empty ranking
+    for them, but the average then leaves them out (``--complete`` counts them as 0) and that must
+    not happen silently.
+    """
     empty = {query_id for query_id, text in queries.items() if not text.strip()}
     if not empty:
         return
@@ -168,11 +173,13 @@ def _check_query_texts(path: Path, queries: dict[str, str]) -> None:
         None,
     )
     first = next(query_id for query_id in queries if query_id in empty)
-    raise InputError(
+    log.warning(
+        "%s:%s: %d judged queries have empty text (first %r); they retrieve nothing and are left out of "
+        "the average (--complete counts them as 0)",
         path,
         line,
-        f"query {first!r} has empty text ({len(empty)} judged queries do)",
-        "give it text, or remove it and its qrels rows",
+        len(empty),
+        first,
     )
 
 
@@ -492,7 +499,7 @@ def load_dataset(
             f"none of its {len(report.missing_query_ids)} judged queries is in {queries_path}",
             "check that the queries and qrels files belong to the same dataset",
         )
-    _check_query_texts(queries_path, queries)
+    _warn_on_empty_query_texts(queries_path, queries)
     dataset = BeirDataset(
         name=name,
         root=root,

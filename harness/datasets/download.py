@@ -410,7 +410,7 @@ def _existing_copy(dest: Path, record: DatasetRecord, strict: bool) -> Path:
 
 
 def _move_into_place(
-    candidate: Path, dest: Path, record: DatasetRecord, *, strict: bool, force: bool
+    candidate: Path, dest: Path, data_dir: Path, record: DatasetRecord, *, strict: bool, force: bool
 ) -> Path:
     """Rename the verified ``candidate`` to ``dest`` without ever deleting a copy someone may be reading.
 
@@ -419,8 +419,8 @@ def _move_into_place(
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     retired = None
-    if force and dest.exists():
-        retired = make_staging(dest.parent, f"{STAGING_PREFIX}{record.name.replace('/', '-')}-old-")
+    if force and dest.exists():  # aside in the data directory, where a killed run's leftovers are freed
+        retired = make_staging(data_dir, f"{STAGING_PREFIX}{record.name.replace('/', '-')}-old-")
         os.replace(dest, retired / "copy")
     try:
         os.rename(candidate, dest)  # fails when dest exists (a non-empty folder): never replaces it
@@ -523,7 +523,7 @@ def _install_unlocked(
                 problems = _count_problems(candidate, record)
             if problems:
                 raise DownloadError(source.describe(), "; ".join(problems))
-            installed = _move_into_place(candidate, dest, record, strict=strict, force=force)
+            installed = _move_into_place(candidate, dest, data_dir, record, strict=strict, force=force)
             log.info("%s: installed in %s from %s", record.name, dest, source.describe())
             return installed
         except DownloadError as error:
