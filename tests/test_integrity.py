@@ -26,6 +26,7 @@ from conftest import REPO_ROOT
 from tiny_bert import tiny_record
 
 from harness.cli import main
+from harness.core.artifacts import CorruptArtifact, load_array, save_array
 from harness.core.cache import auto_shard_size, shard_paths
 from harness.core.staging import is_stale
 from harness.datasets import download
@@ -582,3 +583,21 @@ def test_a_changed_onnx_export_is_exported_again(tmp_path: Path, tiny_bert_dir: 
     assert again == graph and graph.read_bytes() == good
     notes = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert any(str(graph) in note and "exporting it again" in note for note in notes), notes
+
+
+def test_the_checked_loader_refuses_what_was_not_written(tmp_path: Path):
+    path = tmp_path / "vectors.npy"
+    record = save_array(path, np.ones((4, 3), dtype=np.float32))
+    assert load_array(path, record, shape=(4, 3), fix="redo").shape == (4, 3)
+    with pytest.raises(CorruptArtifact, match=r"shape \(4, 3\), expected \(5, 3\)"):
+        load_array(path, record, shape=(5, 3), fix="redo")  # ids file says 5 documents
+    # Files written before records existed: shape and dtype still checked.
+    np.save(path, np.ones((4, 2), dtype=np.float64), allow_pickle=False)
+    with pytest.raises(CorruptArtifact, match="dtype float64, expected float32"):
+        load_array(path, None, shape=(4, 3), fix="redo")
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)  # a pickle is never loaded
+    with pytest.raises(CorruptArtifact, match=f"{path}: unreadable .*; redo"):
+        load_array(path, None, fix="redo")
+    path.unlink()
+    with pytest.raises(CorruptArtifact, match="missing from the cache"):
+        load_array(path, record, fix="redo")
