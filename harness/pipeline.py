@@ -22,9 +22,8 @@ from harness import __version__
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.core.protocols import EvalDataset
-from harness.datasets.prepare import DataSettings, open_dataset
+from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
 from harness.datasets.qrels import DEFAULT_DUPLICATES
-from harness.datasets.registry import get_dataset_record
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
@@ -69,7 +68,7 @@ class EvalOptions:
     strict: bool = False
     qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
     trust_remote_code: bool = False
-    shard_size: int = 50_000
+    shard_size: int | None = None  # None: sized by the corpus (harness.core.cache.auto_shard_size)
     force: bool = False
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)
@@ -356,8 +355,7 @@ def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -
     Returns one note per model for which some given options have no effect.
     """
     for dataset in datasets:
-        if not Path(dataset).is_dir():
-            get_dataset_record(dataset)
+        check_dataset_spec(dataset)
     notes = []
     for model in models:
         resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)

@@ -293,7 +293,8 @@ def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tin
     assert all(entry.complete and entry.bytes > 0 for entry in entries)
     by_kind = {entry.kind: entry for entry in entries}
     assert by_kind["faiss"].path.parent == corpus.directory
-    assert by_kind["bm25"].dataset == "tinyset" and by_kind["bm25"].details["count"] == len(DOCS)
+    assert by_kind["bm25"].dataset == dataset.name and dataset.name.startswith("tinyset@")
+    assert by_kind["bm25"].details["count"] == len(DOCS)
     # Sizes add up to what is on disk: nothing counted twice (the FAISS file sits in the embeddings folder).
     on_disk = sum(p.stat().st_size for p in cache_dir.rglob("*") if p.is_file() and ".tmp" not in str(p))
     assert sum(entry.bytes for entry in entries) == on_disk

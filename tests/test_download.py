@@ -339,7 +339,6 @@ def test_verify_fails_on_a_tampered_copy(beir_mirror: Path, tmp_path: Path, caps
     folder = prepare_dataset("scifact", data_dir, mirror=str(beir_mirror))
     tampered = folder / "qrels" / "test.tsv"
     content = tampered.read_bytes()
-    tampered.unlink()  # the copy may be a hard link to the mirror: replace, never edit in place
     tampered.write_bytes(content.replace(b"\t1\r\n", b"\t2\r\n", 1))
     assert main(["data", "verify", "scifact", "--data-dir", str(data_dir)]) == 2
     captured = capsys.readouterr()
@@ -431,20 +430,25 @@ def test_md5_of_the_test_zip_is_not_the_official_one(scifact_zip: Path):
     assert hashlib.md5(scifact_zip.read_bytes()).hexdigest() != get_dataset_record("scifact").md5
 
 
-def test_read_only_mirror_files_are_linked_writable_ones_copied(tmp_path: Path):
+def test_mirror_files_are_copied_never_linked(tmp_path: Path):
     mirror = tmp_path / "mirror" / "toy"
     (mirror / "qrels").mkdir(parents=True)
     (mirror / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n', encoding="utf-8")
     (mirror / "queries.jsonl").write_text('{"_id": "q1", "text": "q"}\n', encoding="utf-8")
     (mirror / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", encoding="utf-8")
-    (mirror / "queries.jsonl").chmod(0o444)
+    (mirror / "queries.jsonl").chmod(0o444)  # read-only files were once hard-linked
+    before = {path.name: path.read_bytes() for path in mirror.rglob("*") if path.is_file()}
     record = get_dataset_record("scifact").model_copy(
         update=dict(name="toy", archive_dir="toy", files={}, url=f"{_dead_url()}/toy.zip")
     )
     folder = install_dataset(record, tmp_path / "data", str(tmp_path / "mirror"), attempts=1, progress=False)
-    assert (folder / "queries.jsonl").stat().st_ino == (mirror / "queries.jsonl").stat().st_ino
-    assert (folder / "corpus.jsonl").stat().st_ino != (mirror / "corpus.jsonl").stat().st_ino
-    assert (folder / "corpus.jsonl").read_bytes() == (mirror / "corpus.jsonl").read_bytes()
+    for name in ("queries.jsonl", "corpus.jsonl"):
+        installed = folder / name
+        assert installed.stat().st_ino != (mirror / name).stat().st_ino
+        assert installed.stat().st_nlink == 1
+        installed.chmod(0o644)
+        installed.write_text('{"_id": "edited", "text": "y"}\n', encoding="utf-8")  # edit in place
+    assert {path.name: path.read_bytes() for path in mirror.rglob("*") if path.is_file()} == before
 
 
 def test_hub_copy_is_exported_as_a_beir_folder_and_checked_by_counts(

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from harness.cli.common import folder
-from harness.core.cache import KINDS, CacheEntry, cache_entries, leftovers, remove_path
+from harness.core.cache import KINDS, CacheEntry, cache_entries, check_key_prefixes, leftovers, remove_path
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
 
@@ -120,6 +120,7 @@ def run_list(args: argparse.Namespace) -> int:
 def _chosen(args: argparse.Namespace, entries: list[CacheEntry]) -> list[CacheEntry]:
     if args.all:
         return entries
+    check_key_prefixes(args.keys)
     chosen: list[CacheEntry] = []
     for prefix in args.keys:
         matches = [entry for entry in entries if entry.key.startswith(prefix)]

@@ -199,7 +199,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_qrels_duplicates_argument(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
     parser.add_argument(
-        "--shard-size", type=positive_int, default=50_000, help="documents per embedding shard"
+        "--shard-size",
+        type=positive_int,
+        default=None,
+        help="documents per embedding shard (default: corpus/8, between 256 and 50000, so a killed run resumes)",
     )
     parser.add_argument("--force", action="store_true", help="recompute even when an equal result exists")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

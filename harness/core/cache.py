@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import HarnessError
 from harness.core.fileio import read_json_or_none
 
 EMBEDDINGS_DIR = "embeddings"
@@ -47,6 +49,19 @@ def digest_of(payload: Any) -> str:
 def safe_name(name: str) -> str:
     """``name`` with every character a file system might mind replaced by ``_``."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "x"
+
+
+# Resume granularity: a corpus is split into at least CHECKPOINTS shards (each written whole), so a
+# killed encode of a small corpus resumes too; shards stay between MIN and MAX documents.
+MAX_SHARD_DOCS = 50_000
+MIN_SHARD_DOCS = 256
+CHECKPOINTS = 8
+LEGACY_SHARD_DOCS = 50_000  # every corpus's shard size before it depended on the corpus size
+
+
+def auto_shard_size(num_docs: int) -> int:
+    """Documents per shard when none is asked for: ``min(MAX, max(MIN, ceil(num_docs / CHECKPOINTS)))``."""
+    return min(MAX_SHARD_DOCS, max(MIN_SHARD_DOCS, math.ceil(num_docs / CHECKPOINTS)))
 
 
 def shard_paths(directory: Path, index: int) -> tuple[Path, Path]:
@@ -260,6 +275,21 @@ def leftovers(root: str | Path) -> list[Path]:
         if not any(parent in found for parent in path.parents):
             found.append(path)
     return found
+
+
+MIN_KEY_PREFIX = 4  # shorter prefixes select too much by accident (an unset $KEY is "")
+_KEY_PREFIX = re.compile(r"[0-9a-f]+")
+
+
+def check_key_prefixes(prefixes: list[str]) -> None:
+    """Refuse key prefixes that are empty, too short or not hex before anything is deleted by them."""
+    for prefix in prefixes:
+        if len(prefix) < MIN_KEY_PREFIX or not _KEY_PREFIX.fullmatch(prefix):
+            shown = "an empty KEY" if not prefix.strip() else f"KEY {prefix!r}"
+            raise HarnessError(
+                f"{shown} is ambiguous: give at least {MIN_KEY_PREFIX} hex characters of a key from "
+                "`harness cache list`, or --all to clear everything"
+            )
 
 
 def remove_path(path: Path) -> int:

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from harness.core.cache import digest_of
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import iter_lines
+from harness.core.fileio import iter_lines, read_json_or_none
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
-from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, dataset_registry
+from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, dataset_registry
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,13 @@ class Document(NamedTuple):
 def _record_id(value: Any, path: Path, line: int, what: str) -> str:
     # BEIR ids are strings; integer ids (common in home-made corpora) are accepted as their decimal text.
     if isinstance(value, str) and value:
+        if value.split() != [value]:  # as a TREC run file splits its columns: the id would not survive
+            raise InputError(
+                path,
+                line,
+                f"{what} `_id` {value!r} contains whitespace",
+                "ids must be single tokens: rename it",
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -143,7 +151,36 @@ def load_queries(path: str | Path) -> dict[str, str]:
             )
         queries[query_id] = text
         first_line[query_id] = number
+    if not queries:
+        raise InputError(
+            path, None, "no queries (empty file?)", 'one JSON object per line: {"_id": ..., "text": ...}'
+        )
     return queries
+
+
+def _warn_on_empty_query_texts(path: Path, queries: dict[str, str]) -> None:
+    """Say (file, line, count) which judged queries have empty text: they retrieve nothing.
+
+    A warning, not an error: BEIR keeps such queries and every retriever returns an empty ranking
+    for them, but the average then leaves them out (``--complete`` counts them as 0) and that must
+    not happen silently.
+    """
+    empty = {query_id for query_id, text in queries.items() if not text.strip()}
+    if not empty:
+        return
+    line = next(
+        (number for number, record in _iter_json_records(path, "query") if str(record.get("_id")) in empty),
+        None,
+    )
+    first = next(query_id for query_id in queries if query_id in empty)
+    log.warning(
+        "%s:%s: %d judged queries have empty text (first %r); they retrieve nothing and are left out of "
+        "the average (--complete counts them as 0)",
+        path,
+        line,
+        len(empty),
+        first,
+    )
 
 
 @dataclass
@@ -371,6 +408,26 @@ def _dataset_name_for(root: Path) -> str:
     return nested if nested in registry else root.name
 
 
+def identity_name(root: Path, folder_name: str, record: Any, fingerprint: dict[str, str]) -> str:
+    """The name a folder's results are kept under: its identity, not just its folder name.
+
+    A folder is the registry dataset it is named after when every file it is read from matches that
+    dataset's pins, or, for files no pin covers (or a re-serialised hub copy), when ``harness data
+    download`` installed it (and checked it then). Any other folder is ``<folder name>@<first 8 hex of
+    its files' checksums>``: a home-made ``./mine/scifact`` never replaces the genuine scifact's
+    results, and two different folders of the same name never replace each other's.
+    """
+    if record is not None and fingerprint:
+        pins = record.files
+        source = read_json_or_none(root / SOURCE_FILE)
+        if all(pins.get(relative) == sha for relative, sha in fingerprint.items()):
+            return folder_name
+        unpinned = not any(relative in pins for relative in fingerprint)
+        if source is not None and (unpinned or source.get("kind") == "hub"):
+            return folder_name
+    return f"{folder_name}@{digest_of(fingerprint)[:8]}"
+
+
 def load_dataset(
     folder: str | Path,
     split: str | None = None,
@@ -392,6 +449,7 @@ def load_dataset(
     root = Path(folder)
     if not root.is_dir():
         raise HarnessError(f"dataset folder {root} does not exist (`harness data download NAME` fetches one)")
+    named_by_caller = name is not None
     name = name or _dataset_name_for(root)
     record = dataset_registry().get(name)
     split = split or (record.eval_split if record else "test")
@@ -434,7 +492,15 @@ def load_dataset(
         del qrels[query_id]
     # BEIR keeps exactly the judged queries; we keep queries.jsonl order (BEIR's is qrels order).
     queries = {query_id: text for query_id, text in all_queries.items() if query_id in qrels}
-    return BeirDataset(
+    if not queries:
+        raise InputError(
+            qrels_path,
+            None,
+            f"none of its {len(report.missing_query_ids)} judged queries is in {queries_path}",
+            "check that the queries and qrels files belong to the same dataset",
+        )
+    _warn_on_empty_query_texts(queries_path, queries)
+    dataset = BeirDataset(
         name=name,
         root=root,
         split=split,
@@ -449,3 +515,6 @@ def load_dataset(
         checksums=checksums,
         _num_docs=scan.num_docs,
     )
+    if not named_by_caller:
+        dataset.name = identity_name(root, name, record, dataset.fingerprint())
+    return dataset

@@ -13,20 +13,22 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
-import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
+from harness.core.staging import clean_stale, make_staging
 from harness.datasets.beir import load_dataset
-from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, DatasetRecord
-from harness.datasets.verify import SOURCE_FILE, check_pins, verify_dataset
+from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, DatasetRecord
+from harness.datasets.verify import check_pins, verify_dataset
 
 log = logging.getLogger(__name__)
 
@@ -200,9 +202,16 @@ def fetch_url(
     raise DownloadError(url, f"{last_problem} (gave up after {attempt} attempt(s))")
 
 
+_INCOMPLETE_READ = re.compile(r"IncompleteRead\((\d+) bytes read(?:, (\d+) more expected)?\)")
+
+
 def _short_reason(error: Exception) -> str:
     """The innermost readable cause of a requests error, e.g. 'Connection refused'."""
     text = str(error)
+    dropped = _INCOMPLETE_READ.search(text)
+    if dropped:  # http.client's IncompleteRead, wrapped twice by urllib3 and requests
+        expected = f", {int(dropped[2]):,} more expected" if dropped[2] else ""
+        return f"connection dropped mid-transfer ({int(dropped[1]):,} bytes of a chunk read{expected})"
     for marker in ("] ", "Errno"):
         if marker in text:
             text = text.rsplit(marker, 1)[-1]
@@ -291,8 +300,7 @@ def export_hub_copy(record: DatasetRecord, target: Path) -> None:
 def _copy_tree(source: Path, target: Path) -> None:
     """Copy every visible file of ``source`` into ``target``.
 
-    Read-only files (a shared mirror) are hard-linked when on the same filesystem: no copy of a big
-    corpus, and no in-place edit of the copy can reach the mirror without a deliberate chmod.
+    Always a copy, never a hard link: an edit of the installed copy must never reach the mirror.
     """
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)
@@ -300,13 +308,7 @@ def _copy_tree(source: Path, target: Path) -> None:
             continue
         destination = target / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
-        read_only = not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
-        try:
-            if not read_only:
-                raise OSError("writable source: copy it")
-            os.link(path, destination)
-        except OSError:
-            shutil.copyfile(path, destination)
+        shutil.copyfile(path, destination)
 
 
 def _check_candidate(folder: Path, record: DatasetRecord, *, strict: bool) -> list[str]:
@@ -373,6 +375,66 @@ def _materialise(
     return staging / "zip" / record.archive_dir
 
 
+STAGING_PREFIX = ".tmp-"  # staging folders in the data directory: .tmp-<name>-<owner tag><random>
+
+
+@contextlib.contextmanager
+def _install_lock(data_dir: Path, name: str) -> Iterator[None]:
+    """Hold the data directory's lock for ``name``: one process downloads, the others wait and reuse it.
+
+    An advisory lock (``flock``); where the file system ignores it, the rename below still keeps
+    whichever complete copy arrived first.
+    """
+    import fcntl
+
+    lock_path = data_dir / f".install-{name.replace('/', '-')}.lock"
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _existing_copy(dest: Path, record: DatasetRecord, strict: bool) -> Path:
+    """``dest`` when it holds a good copy of ``record``; an error saying what to do otherwise."""
+    if not dest.is_dir():
+        raise HarnessError(f"{dest} exists but is a file, not a dataset folder; move it away and rerun")
+    problems = _check_candidate(dest, record, strict=strict)
+    if problems:
+        raise HarnessError(
+            f"{dest} exists but fails verification ({'; '.join(problems)}); "
+            f"delete it or rerun `harness data download {record.name} --force`"
+        )
+    return dest
+
+
+def _move_into_place(
+    candidate: Path, dest: Path, data_dir: Path, record: DatasetRecord, *, strict: bool, force: bool
+) -> Path:
+    """Rename the verified ``candidate`` to ``dest`` without ever deleting a copy someone may be reading.
+
+    Without ``force`` a copy that appeared meanwhile (another process) is kept and used. With
+    ``force`` the old copy is first renamed aside (open files stay readable) and freed afterwards.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    retired = None
+    if force and dest.exists():  # aside in the data directory, where a killed run's leftovers are freed
+        retired = make_staging(data_dir, f"{STAGING_PREFIX}{record.name.replace('/', '-')}-old-")
+        os.replace(dest, retired / "copy")
+    try:
+        os.rename(candidate, dest)  # fails when dest exists (a non-empty folder): never replaces it
+    except OSError:
+        if dest.exists():
+            log.info("%s: another process installed it meanwhile; using its copy", record.name)
+            return _existing_copy(dest, record, strict)
+        raise HarnessError(f"could not move the verified copy of {record.name} to {dest}") from None
+    finally:
+        if retired is not None:
+            shutil.rmtree(retired, ignore_errors=True)
+    return dest
+
+
 def install_dataset(
     record: DatasetRecord,
     data_dir: Path,
@@ -387,27 +449,61 @@ def install_dataset(
     backoff: float = 2.0,
     progress: bool = True,
 ) -> Path:
-    """``data_dir/<name>`` holding a verified copy of ``record``; downloads only when it is not there yet."""
-    dest = data_dir / record.archive_dir
-    if dest.exists() and not force:
-        problems = _check_candidate(dest, record, strict=strict)
-        if problems:
-            raise HarnessError(
-                f"{dest} exists but fails verification ({'; '.join(problems)}); "
-                f"delete it or rerun `harness data download {record.name} --force`"
-            )
-        return dest
+    """``data_dir/<name>`` holding a verified copy of ``record``; downloads only when it is not there yet.
 
+    Safe to call from several processes at once: one installs, the others find its copy. A copy in
+    place is never removed except by ``force``, and then only after the new one is verified.
+    """
+    dest = data_dir / record.archive_dir
+    clean_stale(data_dir, f"{STAGING_PREFIX}*")  # staging folders of killed installs
+    if dest.exists() and not force:
+        return _existing_copy(dest, record, strict)
+    if data_dir.exists() and not data_dir.is_dir():
+        raise HarnessError(f"data directory {data_dir} is a file; point --data-dir at a folder")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with _install_lock(data_dir, record.name):
+        if dest.exists() and not force:  # installed by another process while this one waited
+            return _existing_copy(dest, record, strict)
+        return _install_unlocked(
+            record,
+            data_dir,
+            dest,
+            mirror,
+            strict=strict,
+            force=force,
+            use_hub=use_hub,
+            keep_archive=keep_archive,
+            attempts=attempts,
+            timeout=timeout,
+            backoff=backoff,
+            progress=progress,
+        )
+
+
+def _install_unlocked(
+    record: DatasetRecord,
+    data_dir: Path,
+    dest: Path,
+    mirror: str | list[str] | None,
+    *,
+    strict: bool,
+    force: bool,
+    use_hub: bool,
+    keep_archive: bool,
+    attempts: int,
+    timeout: float,
+    backoff: float,
+    progress: bool,
+) -> Path:
     sources, failures = plan_sources(record, parse_mirrors(mirror), use_hub=use_hub)
     downloads = data_dir / DOWNLOADS_DIR
-    data_dir.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if strict and source.kind == "hub":
             failures.append(
                 f"{source.describe()}: skipped, hub copies cannot be checked against pins (--strict)"
             )
             continue
-        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{record.name.replace('/', '-')}-", dir=data_dir))
+        staging = make_staging(data_dir, f"{STAGING_PREFIX}{record.name.replace('/', '-')}-")
         try:
             log.info("%s: trying %s", record.name, source.describe())
             candidate = _materialise(
@@ -427,18 +523,9 @@ def install_dataset(
                 problems = _count_problems(candidate, record)
             if problems:
                 raise DownloadError(source.describe(), "; ".join(problems))
-            if dest.exists():  # --force: the verified copy replaces the old one only now
-                shutil.rmtree(dest)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.replace(candidate, dest)
-            except OSError:
-                # Another process installed it meanwhile (e.g. parallel workers): use theirs if it is good.
-                if dest.is_dir() and not _check_candidate(dest, record, strict=strict):
-                    return dest
-                raise HarnessError(f"could not move the verified copy of {record.name} to {dest}") from None
+            installed = _move_into_place(candidate, dest, data_dir, record, strict=strict, force=force)
             log.info("%s: installed in %s from %s", record.name, dest, source.describe())
-            return dest
+            return installed
         except DownloadError as error:
             failures.append(f"{source.describe()}: {error.problem}")
         finally:

@@ -14,6 +14,7 @@ from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.datasets.registry import dataset_registry, unknown_name_hint
 
 MIRROR_ENV = "HARNESS_BEIR_MIRROR"
+DATA_FILE_STEMS = ("corpus.jsonl", "queries.jsonl")
 
 
 def env_mirror() -> str | None:
@@ -34,11 +35,24 @@ def prepare_dataset(name_or_path: str, data_dir: Path | None = None, mirror: str
             Path(data_dir) if data_dir is not None else default_data_dir(),
             mirror if mirror is not None else env_mirror(),
         )
+    check_dataset_spec(name_or_path)
+    return Path(name_or_path)
+
+
+def check_dataset_spec(name_or_path: str) -> None:
+    """Refuse, before any work, a ``--dataset`` that is neither a registry name nor a folder (say which it is)."""
+    registry = dataset_registry()
     path = Path(name_or_path)
-    if path.is_dir():
-        return path
+    if name_or_path in registry or path.is_dir():
+        return
+    if path.exists():
+        parent = f"; did you mean its folder {path.parent}?" if path.name.startswith(DATA_FILE_STEMS) else ""
+        raise HarnessError(
+            f"--dataset {name_or_path} is a file; expected a registry name or a BEIR folder holding "
+            f"corpus.jsonl, queries.jsonl and qrels/{parent}"
+        )
     raise HarnessError(
-        f"{name_or_path!r} is neither a known dataset nor a folder; "
+        f"--dataset {name_or_path!r} is neither a known dataset nor a folder; "
         f"{unknown_name_hint(name_or_path, sorted(registry))}"
     )
 

@@ -29,6 +29,7 @@ QRELS_LAYOUTS = ("auto", "beir")
 
 QRELS_LINE_HELP = "expected `qid iter docid rel` (TREC) or `query-id corpus-id score` (BEIR TSV)"
 BEIR_LINE_HELP = "BEIR qrels are TSV; convert 4-column TREC qrels by dropping the iteration column"
+BEIR_SPACES_HELP = "BEIR qrels separate columns by tabs: replace the spaces, e.g. sed -E 's/ +/\\t/g'"
 DUPLICATES_FIX = "trec_eval refuses them; fix the file, or pass --qrels-duplicates last to keep the last row"
 
 
@@ -106,11 +107,13 @@ def _beir_row(path: Path, number: int, line: str) -> Row | None:
     if number == 1 and not (len(columns) == 3 and _is_int(columns[2].strip())):
         return None  # the "query-id corpus-id score" header (a headerless first row is kept)
     if len(columns) != 3:
+        spaced = len(columns) == 1 and len(line.split()) == 3
         raise InputError(
             path,
             number,
-            f"expected 3 tab-separated columns (query-id, corpus-id, score), found {len(columns)}",
-            BEIR_LINE_HELP,
+            f"expected 3 tab-separated columns (query-id, corpus-id, score), found {len(columns)}"
+            + (" (the columns are separated by spaces)" if spaced else ""),
+            BEIR_SPACES_HELP if spaced else BEIR_LINE_HELP,
         )
     query_id, doc_id, score_text = (column.strip() for column in columns)
     if not query_id or not doc_id:
@@ -132,6 +135,10 @@ def read_qrels(
     if layout not in QRELS_LAYOUTS:
         raise HarnessError(f"unknown qrels layout {layout!r}; choose one of {', '.join(QRELS_LAYOUTS)}")
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(path.glob("*.tsv")) or sorted(path.glob("qrels/*.tsv"))
+        hint = f"; did you mean {inside[0]}?" if inside else ""
+        raise HarnessError(f"qrels file {path} is a folder; expected a qrels file{hint}")
     if not path.is_file():
         raise HarnessError(f"qrels file not found: {path}")
     parse: RowParser = _AutoRows() if layout == "auto" else _beir_row

@@ -22,6 +22,8 @@ REGISTRY_FILE = "datasets.yaml"
 CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
 QRELS_DIR = "qrels"
+# Written by `harness data download` into each folder it installs: which source the copy came from.
+SOURCE_FILE = ".harness-source.json"
 # Top-level keys of a registry file: anchors for shared values live under `templates`.
 REGISTRY_KEYS = {"version", "templates", "datasets"}
 

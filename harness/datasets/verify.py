@@ -9,10 +9,7 @@ from typing import Any
 from harness.core.fileio import read_json_or_none
 from harness.datasets.beir import BeirDataset, LoadReport
 from harness.datasets.checksums import ChecksumStore
-from harness.datasets.registry import DatasetRecord, dataset_registry
-
-# Written by `harness data download`: which source a dataset folder came from.
-SOURCE_FILE = ".harness-source.json"
+from harness.datasets.registry import SOURCE_FILE, DatasetRecord, dataset_registry
 
 
 @dataclass

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.cache import EXPORT_RECORD, CacheLayout, digest_of
+from harness.core.artifacts import CorruptArtifact, check_files, record_files
+from harness.core.cache import EXACT_CHECK, EXPORT_RECORD, CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, read_json_or_none
 
@@ -115,7 +116,11 @@ def ensure_exported(st_model, model, cache_dir: str | Path) -> tuple[Path, dict[
     graph, record_path = folder / "model.onnx", folder / EXPORT_RECORD
     record = read_json_or_none(record_path)
     if graph.is_file() and record is not None and record.get("key") == key:
-        return graph, record
+        try:  # exports recorded before file checksums existed carry none: nothing to check
+            check_files(folder, record.get("files") or {}, fix="exporting it again")
+            return graph, record
+        except CorruptArtifact as error:
+            log.warning("%s", error)
     log.info("exporting %s to ONNX (once; kept in %s)", model.record.name, folder)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -130,6 +135,12 @@ def ensure_exported(st_model, model, cache_dir: str | Path) -> tuple[Path, dict[
         "key": key,
         "key_inputs": inputs,
         **details,
+        # Checked on every later use: a graph changed or truncated since is exported again.
+        "files": {
+            name: entry
+            for name, entry in record_files(folder).items()
+            if name not in (EXPORT_RECORD, EXACT_CHECK)
+        },
         "seconds": round(time.perf_counter() - started, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -33,7 +33,7 @@ class EncodingSettings:
     batch_size: int = 128
     device: str | None = None
     cache_dir: Path = field(default_factory=default_cache_dir)
-    shard_size: int = 50_000
+    shard_size: int | None = None  # None: harness.core.cache.auto_shard_size of the corpus
     progress: bool = True
     encoder_options: dict[str, Any] = field(default_factory=dict)  # runtime, precision
     workers: int | None = None

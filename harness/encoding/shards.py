@@ -62,7 +62,7 @@ class CorpusEncoding:
 
     @property
     def shard_size(self) -> int:
-        return self.options.shard_size
+        return self.cache.shard_size_for(self.dataset, self.encoder, self.options.shard_size)
 
     @property
     def num_shards(self) -> int:

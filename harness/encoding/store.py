@@ -30,9 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.cache import MANIFEST, CacheLayout, digest_of, finished_shards, shard_paths
+from harness.core.artifacts import CorruptArtifact, load_array, save_array
+from harness.core.cache import (
+    LEGACY_SHARD_DOCS,
+    MANIFEST,
+    CacheLayout,
+    auto_shard_size,
+    digest_of,
+    finished_shards,
+    shard_paths,
+)
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write, atomic_write_json, read_json_object
+from harness.core.fileio import atomic_write_json, read_json_object, read_json_or_none
 from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 
 log = logging.getLogger(__name__)
@@ -56,17 +65,31 @@ def write_shard(
     if vectors.ndim != 2 or vectors.shape[0] != len(ids):
         raise ValueError(f"shard {index}: {len(ids)} ids but vectors of shape {vectors.shape}")
     vectors_path, ids_path = shard_paths(directory, index)
-    with atomic_write(vectors_path, "wb") as handle:
-        np.save(handle, vectors, allow_pickle=False)
     meta = {
         "index": index,
         "count": len(ids),
         "dim": int(vectors.shape[1]),
         "seconds": round(seconds, 3),
+        "vectors": save_array(vectors_path, vectors),  # size, sha256, shape: checked on every read
         "ids": ids,
     }
     atomic_write_json(ids_path, meta)
     return meta
+
+
+def read_shard(directory: Path, index: int, dim: int | None, *, fix: str) -> tuple[list[str], np.ndarray]:
+    """One shard's ids and memory-mapped vectors, checked against what was recorded when it was written.
+
+    A shard changed, truncated or reshaped since is refused (``CorruptArtifact`` naming the file).
+    Shards written before records existed carry none: their shape is still checked.
+    """
+    vectors_path, ids_path = shard_paths(directory, index)
+    meta = read_json_object(ids_path, fix=fix)
+    ids = meta.get("ids")
+    if not isinstance(ids, list):
+        raise CorruptArtifact(ids_path, "has no list of ids", fix)
+    vectors = load_array(vectors_path, meta.get("vectors"), shape=(len(ids), dim), mmap=True, fix=fix)
+    return ids, vectors
 
 
 @dataclass(frozen=True)
@@ -147,20 +170,9 @@ class ShardedEmbeddings:
 
     def shards(self) -> Iterator[tuple[list[str], np.ndarray]]:
         for index in range(self.num_shards):
-            vectors_path, ids_path = shard_paths(self.directory, index)
-            ids = _read_json(ids_path)["ids"]
-            try:
-                vectors = np.load(vectors_path, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as error:
-                raise HarnessError(
-                    f"{vectors_path}: unreadable shard ({error}); `harness cache clear` frees it"
-                ) from None
-            if vectors.shape != (len(ids), self.dim):
-                raise HarnessError(
-                    f"{vectors_path}: shape {vectors.shape} does not match {len(ids)} ids x dim {self.dim}; "
-                    f"`harness cache clear {self.key[:12]}` and rerun"
-                )
-            yield ids, vectors
+            yield read_shard(
+                self.directory, index, self.dim, fix=f"`harness cache clear {self.key[:12]}` and rerun"
+            )
 
     def doc_ids(self) -> list[str]:
         return [doc_id for ids, _ in self.shards() for doc_id in ids]
@@ -198,8 +210,33 @@ class EmbeddingCache:
             "shard_size": shard_size,
         }
 
-    def corpus_key(self, dataset, encoder, shard_size: int = 50_000) -> str:
-        return digest_of(self.corpus_key_inputs(dataset, encoder, shard_size))
+    def corpus_key(self, dataset, encoder, shard_size: int | None = None) -> str:
+        size = self.shard_size_for(dataset, encoder, shard_size)
+        return digest_of(self.corpus_key_inputs(dataset, encoder, size))
+
+    def shard_size_for(self, dataset, encoder, requested: int | None) -> int:
+        """``requested``, or the corpus-sized default (``auto_shard_size``).
+
+        The shard size is part of the key, so the default would miss entries written when every
+        corpus had 50,000-document shards: a complete one of those is used instead of encoding again.
+        """
+        if requested is not None:
+            return requested
+        size = auto_shard_size(int(dataset.num_docs))
+        legacy_only = size != LEGACY_SHARD_DOCS and not self._complete(dataset, encoder, size)
+        if legacy_only and self._complete(dataset, encoder, LEGACY_SHARD_DOCS):
+            log.info(
+                "using the complete cache entry of %s written with %d-document shards",
+                dataset.name,
+                LEGACY_SHARD_DOCS,
+            )
+            return LEGACY_SHARD_DOCS
+        return size
+
+    def _complete(self, dataset, encoder, shard_size: int) -> bool:
+        key = digest_of(self.corpus_key_inputs(dataset, encoder, shard_size))
+        manifest = read_json_or_none(self._entry_dir(dataset, encoder, "corpus", key) / MANIFEST) or {}
+        return bool(manifest.get("complete")) and manifest.get("key") == key
 
     def queries_key_inputs(self, dataset, encoder) -> dict[str, Any]:
         # The queries file and the split's qrels: together they decide which queries are encoded.
@@ -216,8 +253,8 @@ class EmbeddingCache:
     def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
         return self.layout.embeddings_entry(dataset.name, encoder.model.slug, kind, key)
 
-    def corpus_directory(self, dataset, encoder, shard_size: int = 50_000) -> Path:
-        """The folder that holds (or will hold) this corpus entry's shards; nothing is read or written."""
+    def corpus_directory(self, dataset, encoder, shard_size: int | None = None) -> Path:
+        """The folder that holds (or will hold) this corpus entry's shards; nothing is written."""
         return self._entry_dir(dataset, encoder, "corpus", self.corpus_key(dataset, encoder, shard_size))
 
     # ---- corpus -----------------------------------------------------------------------------
@@ -227,7 +264,7 @@ class EmbeddingCache:
         dataset,
         encoder,
         *,
-        shard_size: int = 50_000,
+        shard_size: int | None = None,
         progress: bool = True,
         encode_shards: Callable[[ShardJob, list[int]], Any] = encode_corpus_shards,
     ) -> ShardedEmbeddings:
@@ -236,6 +273,7 @@ class EmbeddingCache:
         ``encode_shards`` does the encoding; it takes ``encode_corpus_shards``'s arguments, so a pool
         of processes or Ray actors (``harness.encoding.pool``, ``harness.encoding.ray_pool``) can stand in.
         """
+        shard_size = self.shard_size_for(dataset, encoder, shard_size)
         if shard_size <= 0:
             raise HarnessError(f"shard size must be positive, not {shard_size}")
         inputs = self.corpus_key_inputs(dataset, encoder, shard_size)
@@ -350,13 +388,10 @@ class EmbeddingCache:
         inputs = self.queries_key_inputs(dataset, encoder)
         key = digest_of(inputs)
         directory = self._entry_dir(dataset, encoder, "queries", key)
-        vectors_path, ids_path = shard_paths(directory, 0)
-        if vectors_path.is_file() and ids_path.is_file():
-            ids = _read_json(ids_path)["ids"]
-            vectors = np.load(vectors_path, allow_pickle=False)
-            if vectors.shape[0] == len(ids):
-                log.info("query embeddings of %s for %s found in cache", dataset.name, encoder.model.slug)
-                return ids, vectors
+        cached = self._cached_queries(directory)
+        if cached is not None:
+            log.info("query embeddings of %s for %s found in cache", dataset.name, encoder.model.slug)
+            return cached
         ids = list(dataset.queries)
         started = time.perf_counter()
         vectors = encoder.encode_queries([dataset.queries[query_id] for query_id in ids])
@@ -382,3 +417,16 @@ class EmbeddingCache:
         }
         atomic_write_json(directory / MANIFEST, manifest)
         return ids, np.asarray(vectors, dtype=np.float32)
+
+    @staticmethod
+    def _cached_queries(directory: Path) -> tuple[list[str], np.ndarray] | None:
+        """The cached query vectors, or None when absent or damaged (then they are encoded again)."""
+        vectors_path, ids_path = shard_paths(directory, 0)
+        if not (vectors_path.is_file() and ids_path.is_file()):
+            return None
+        try:
+            ids, vectors = read_shard(directory, 0, None, fix="encoding the queries again")
+        except HarnessError as error:  # queries are cheap to encode: redo them rather than stop
+            log.warning("%s", error)
+            return None
+        return ids, np.array(vectors)

@@ -13,6 +13,7 @@ empty ranking. Run queries without judgments are skipped and counted.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -26,6 +27,8 @@ from harness.datasets.qrels import Qrels, read_qrels
 from harness.evaluation.judged import judged_at_k, judged_cutoffs, judged_summary
 from harness.evaluation.ties import tie_diagnostics
 from harness.evaluation.trec import Run, read_run, top_k_ranking
+
+log = logging.getLogger(__name__)
 
 # trec_eval clamps AP at this floor before taking the log for gm_map.
 MIN_GEO_MEAN = 0.00001
@@ -321,6 +324,8 @@ def evaluate(
             "check that run and qrels come from the same dataset and split"
         )
 
+    _warn_if_no_document_is_judged(qrels, run, judged_answered)
+
     # Every metric with a cutoff depends only on the top k: when all have one, pytrec_eval is
     # handed just the top max(k) of each ranking (cut by the same tie rule), which is far less work.
     if all(spec.k is not None for spec in specs):
@@ -385,6 +390,19 @@ def _add_diagnostics(
             evaluate(qrels, reordered, names, relevance_level=relevance_level, diagnose=False).per_query
         ),
         mean=aggregate_values,
+    )
+
+
+def _warn_if_no_document_is_judged(qrels: Qrels, run: Run, query_ids: list[str]) -> None:
+    """Queries match but documents never do: every score is 0, almost surely mismatched document ids."""
+    judged_docs = {doc_id for qid in query_ids for doc_id in qrels[qid]}
+    if any(doc_id in judged_docs for qid in query_ids for doc_id in run[qid]):
+        return
+    example = next(iter(run[query_ids[0]]))
+    log.warning(
+        "none of the run's documents is judged in the qrels (e.g. run document %r); every score is 0: "
+        "check that the run and the qrels use the same document ids",
+        example,
     )
 
 

@@ -55,6 +55,10 @@ def top_k_ranking(docs: dict[str, float], k: int) -> list[tuple[str, float]]:
 
 
 def _check_exists(path: Path, what: str) -> None:
+    if path.is_dir():
+        inside = sorted(path.glob("*.trec")) or sorted(path.glob("*.run"))
+        hint = f"; did you mean {inside[0]}?" if inside else ""
+        raise HarnessError(f"{what} file {path} is a folder; expected a TREC run file{hint}")
     if not path.is_file():
         raise HarnessError(f"{what} file not found: {path}")
 

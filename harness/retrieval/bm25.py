@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -28,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.artifacts import CorruptArtifact, check_files, record_files
 from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, output_error, read_json_object
+from harness.core.staging import clean_stale, make_staging
+from harness.datasets.registry import CORPUS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +193,10 @@ class BM25Retriever:
     def load_or_build(self, dataset: Any) -> tuple[Any, list[str]]:
         """The ``bm25s`` index and the document ids in index order, from the cache when possible."""
         started = time.perf_counter()
-        corpus_sha = dataset.fingerprint()["corpus.jsonl"]
+        corpus_sha = _corpus_sha(dataset)
         key = self.index_key(corpus_sha)
         folder = CacheLayout(self.cache_dir).bm25_index(key)
+        clean_stale(folder.parent, ".*.tmp")  # staging folders of killed index writers
         loaded = _load_index(folder, self.settings(), corpus_sha)
         if loaded is not None:
             log.info("BM25 index loaded from %s", folder)
@@ -324,23 +327,40 @@ _MANIFEST = "manifest.json"
 _DOC_IDS = "doc_ids.json"
 
 
+def _corpus_sha(dataset: Any) -> str:
+    """sha256 of the corpus file, plain or gzipped (the fingerprint names it as it is on disk)."""
+    fingerprint = dataset.fingerprint()
+    for name in (CORPUS_FILE, f"{CORPUS_FILE}.gz"):
+        if name in fingerprint:
+            return fingerprint[name]
+    raise HarnessError(f"{dataset.corpus_path}: no checksum recorded for the corpus file")
+
+
 def _save_index(
     folder: Path, retriever: Any, doc_ids: list[str], settings: dict, corpus_sha: str, labels: dict[str, str]
 ) -> None:
     """Write the index into a temporary folder beside ``folder`` and rename it into place when complete."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+        staging = make_staging(folder.parent, f".{folder.name}.", suffix=".tmp")
     except OSError as error:
         raise output_error(folder, error) from None
     try:
         # allow_pickle=False: the arrays are plain numeric .npy files; vocabulary and parameters are JSON.
         retriever.save(staging, allow_pickle=False, show_progress=False)
         atomic_write_json(staging / _DOC_IDS, doc_ids)
-        # The manifest goes last: a folder without one is never trusted.
+        # The manifest goes last: a folder without one is never trusted. It records every file's
+        # size and sha256, checked before the index is used again.
+        files = record_files(staging)
         atomic_write_json(
             staging / _MANIFEST,
-            {"corpus.jsonl": corpus_sha, "num_docs": len(doc_ids), "settings": settings, **labels},
+            {
+                "corpus.jsonl": corpus_sha,
+                "num_docs": len(doc_ids),
+                "settings": settings,
+                **labels,
+                "files": files,
+            },
         )
         try:
             os.rename(staging, folder)
@@ -369,8 +389,12 @@ def _load_index(folder: Path, settings: dict, corpus_sha: str) -> tuple[Any, lis
         if manifest.get("settings") != settings or manifest.get("corpus.jsonl") != corpus_sha:
             log.warning("BM25 cache %s was written for other settings; rebuilding it", folder)
             return _discard(folder)
+        check_files(folder, manifest.get("files") or {}, fix="rebuilding it")
         doc_ids = json.loads((folder / _DOC_IDS).read_text(encoding="utf-8"))
         retriever = bm25s.BM25.load(folder, allow_pickle=False, show_progress=False)
+    except CorruptArtifact as error:
+        log.warning("BM25 cache: %s", error)
+        return _discard(folder)
     except (HarnessError, OSError, ValueError, KeyError, EOFError) as error:
         log.warning("BM25 cache %s is unreadable (%s); rebuilding it", folder, error)
         return _discard(folder)
