@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from harness.core.ranking import sorted_ranking
+from harness.core.ranking import sorted_ranking, top_k_ranking
 from harness.evaluation.trec import read_run, write_run
+from harness.pipeline import EvalOptions, run_eval
 from harness.retrieval.fusion import FusionSettings, fuse
 from harness.retrieval.rerank import CrossEncoderReranker, RerankSettings, resolve_cross_encoder
 from harness.retrieval.systems import find_system, load_system, system_registry
@@ -47,11 +49,10 @@ def test_score_fusions_hand_computed():
     assert interpolated["q2"] == {"d1": 0.25, "d4": 0.25 * 0.5 + 0.75 * 1.0}
 
 
-def _ranx_fused(runs, method: str, norm: str | None, params: dict):
-    from ranx import Run
+def _ranx_fused(ranx_runs: list, method: str, norm: str | None, params: dict):
     from ranx import fuse as ranx_fuse
 
-    fused = ranx_fuse([Run(run) for run in runs], norm=norm, method=method, params=params)
+    fused = ranx_fuse(ranx_runs, norm=norm, method=method, params=params)
     return {qid: dict(docs) for qid, docs in fused.to_dict().items()}
 
 
@@ -79,10 +80,13 @@ RANX_EQUIVALENTS = [
 
 def assert_equals_ranx(runs: list[dict]) -> None:
     """Every method and normalisation: scores within 1e-9 and equal trec_eval rankings."""
+    from ranx import Run
+
+    # Built once: converting a 300k-line run to ranx's numba dicts is the slow part.
+    as_given, tie_free = [Run(run) for run in runs], [Run(_tie_free(run)) for run in runs]
     for (method, norm, weights), (ranx_method, ranx_norm, params) in RANX_EQUIVALENTS:
         ours = fuse(runs, FusionSettings(method, normalization=norm, weights=weights))
-        ranx_input = [_tie_free(run) for run in runs] if method == "rrf" else runs
-        theirs = _ranx_fused(ranx_input, ranx_method, ranx_norm, params)
+        theirs = _ranx_fused(tie_free if method == "rrf" else as_given, ranx_method, ranx_norm, params)
         assert set(ours) == set(theirs), method
         for qid in ours:
             assert set(ours[qid]) == set(theirs[qid]), (method, norm, qid)
@@ -272,3 +276,37 @@ def test_a_reranker_that_is_not_a_cross_encoder_is_one_line(tmp_path, tiny_st_di
     assert "--rerank-depth must be at least 1" in capsys.readouterr().err
     assert main([*args, "--fuse", "nope"]) == 2
     assert "unknown fusion method 'nope'" in capsys.readouterr().err
+
+
+# ---- scifact ------------------------------------------------------------------------------------------
+
+# A cache or data folder the user already has (e.g. HARNESS_CACHE_DIR=/path/to/cache pytest ...), read at
+# import, before the autouse fixture points HARNESS_CACHE_DIR at a temporary folder.
+_USER_CACHE = os.environ.get("HARNESS_CACHE_DIR")
+_USER_DATA = os.environ.get("HARNESS_DATA_DIR")
+
+
+@pytest.mark.slow
+def test_fusion_equals_ranx_on_scifact_bm25_and_minilm(e2e_workdir: Path, beir_mirror: Path):
+    """The real runs (MiniLM's encode shared with the e2e tests' session cache): ranx agrees on every method."""
+    options = EvalOptions(
+        results_dir=e2e_workdir / "results-systems",
+        data_dir=Path(_USER_DATA) if _USER_DATA else e2e_workdir / "data",
+        cache_dir=Path(_USER_CACHE) if _USER_CACHE else e2e_workdir / "cache",
+        mirror=str(beir_mirror),
+        progress=False,
+    )
+    runs = [read_run(run_eval("scifact", model, options).run_path) for model in ("bm25", "minilm")]
+    assert all(len(run) == 300 for run in runs)
+    assert_equals_ranx(runs)
+
+    fused = run_eval("scifact", "bm25+minilm-rrf", options)
+    assert read_run(fused.run_path) == {
+        qid: dict(top_k_ranking(docs, 1000)) for qid, docs in fuse(runs, FusionSettings("rrf")).items()
+    }
+    assert fused.provenance["config"]["system"]["fusion"] == {"method": "rrf", "depth": None, "k": 60}
+    assert fused.metrics["ndcg@10"] > max(read_metric(options, m) for m in ("bm25", "minilm"))
+
+
+def read_metric(options: EvalOptions, model: str) -> float:
+    return run_eval("scifact", model, options).metrics["ndcg@10"]
