@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.core.cache import cache_entries
 from harness.core.ranking import sorted_ranking, top_k_ranking
 from harness.evaluation.trec import read_run, write_run
 from harness.pipeline import EvalOptions, run_eval
@@ -239,7 +240,9 @@ def test_rerank_cache_is_keyed_by_max_length(tmp_path, tiny_cross_encoder, predi
         settings = RerankSettings(depth=2, device="cpu", max_length=max_length)
         CrossEncoderReranker(model, settings, tmp_path / "cache").rerank(run, QUERIES, PASSAGES)
     assert predict_calls == [2, 2]
-    assert len(list((tmp_path / "cache" / "rerank").iterdir())) == 2
+    entries = cache_entries(tmp_path / "cache", "rerank")  # one entry per max length, listed by `cache list`
+    assert sorted(entry.details["max_length"] for entry in entries) == [16, 32]
+    assert all(entry.complete and entry.model == model.slug for entry in entries)
 
 
 def test_eval_with_a_reranked_bm25_system(tmp_path, beir_mirror, tiny_cross_encoder, predict_calls, capsys):

@@ -76,6 +76,8 @@ def _what(entry: CacheEntry) -> str:
         return f"index {details['index']}"
     if entry.kind == "bm25":
         return f"{details['count']} docs"
+    if entry.kind == "rerank":
+        return f"{details['files']} score files, max length {details['max_length']}"
     return "exact check recorded" if details.get("exact_check") else ""
 
 
