@@ -299,7 +299,6 @@ def run_eval(
     system = find_system(model_spec)
     if system is not None:
         return run_system_eval(dataset_spec, system, options)
-    assert isinstance(model_spec, str)
     encoding, retrieval, evaluation = (
         options.encoding_settings(),
         options.retrieval_settings(),
@@ -418,11 +417,18 @@ def system_run(parts: SystemParts, top_k: int, timer: StageTimer) -> RunOutput:
     fusion = parts.record.fusion
     if fusion is not None:
         with timer.stage("fuse"):
-            run = fuse([o.run for o in outputs], fusion.settings(), [r.model.record.name for r in parts.members])
+            run = fuse(
+                [o.run for o in outputs], fusion.settings(), [r.model.record.name for r in parts.members]
+            )
         label = f"{fusion.method}({label})"
     details: dict[str, Any] = {
         "members": [
-            {"model": request.model.record.name, "device": output.device, "label": output.label, **output.details}
+            {
+                "model": request.model.record.name,
+                "device": output.device,
+                "label": output.label,
+                **output.details,
+            }
             for request, output in zip(parts.members, outputs, strict=True)
         ]
     }
@@ -470,10 +476,14 @@ def run_system_eval(dataset_spec: str, system: SystemRecord, options: EvalOption
         "record": system.name,
         "kind": "system",
         "identity": config["system"],
-        "members": [_model_provenance(r.model, spec) for r, spec in zip(parts.members, system.members, strict=True)],
+        "members": [
+            _model_provenance(r.model, spec) for r, spec in zip(parts.members, system.members, strict=True)
+        ],
     }
     provenance = _provenance(dataset, model_block, options, config, output)
-    return _evaluate_and_write(target, dataset, (system.name, system.slug), output, provenance, options, timer, started)
+    return _evaluate_and_write(
+        target, dataset, (system.name, system.slug), output, provenance, options, timer, started
+    )
 
 
 @dataclass

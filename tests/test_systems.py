@@ -155,6 +155,9 @@ def test_shipped_system_record_and_bad_records(tmp_path, monkeypatch):
     (bad / "x.yaml").write_text("name: x\nmembers: [bm25, minilm]\nfusion: {method: rrf, depth: 0}\n")
     with pytest.raises(Exception, match=r"x.yaml: .*greater than 0"):
         load_system(bad / "x.yaml")
+    (bad / "x.yaml").write_text("name: minilm\nmembers: [bm25]\nrerank: {model: x}\n")
+    with pytest.raises(Exception, match=r"x.yaml: name or alias 'minilm' is already a model's"):
+        system_registry()
 
 
 # ---- re-ranking ------------------------------------------------------------------------------------

@@ -283,7 +283,9 @@ def add_system_arguments(parser: argparse.ArgumentParser) -> None:
         "systems", "fuse the --model runs into one system and/or re-rank with a cross-encoder (see README)"
     )
     add_fusion_arguments(group, method_option="--fuse")
-    group.add_argument("--rerank", metavar="MODEL", help="cross-encoder (folder or hub id) re-ranking each run")
+    group.add_argument(
+        "--rerank", metavar="MODEL", help="cross-encoder (folder or hub id) re-ranking each run"
+    )
     group.add_argument(
         "--rerank-depth",
         type=int,

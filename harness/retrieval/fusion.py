@@ -93,11 +93,11 @@ def check_same_queries(runs: Sequence[Run], labels: Sequence[str]) -> None:
         other = set(run)
         if other != first:
             only_first, only_other = sorted(first - other), sorted(other - first)
-            example = (
-                f"{len(only_first)} only in {labels[0]} (e.g. {only_first[0]!r})" if only_first else ""
-            )
+            example = f"{len(only_first)} only in {labels[0]} (e.g. {only_first[0]!r})" if only_first else ""
             if only_other:
-                example += ("; " if example else "") + f"{len(only_other)} only in {label} (e.g. {only_other[0]!r})"
+                example += (
+                    "; " if example else ""
+                ) + f"{len(only_other)} only in {label} (e.g. {only_other[0]!r})"
             raise HarnessError(
                 f"cannot fuse runs over different queries: {labels[0]} has {len(first)}, {label} has "
                 f"{len(other)}; {example} (fuse runs of the same dataset and split)"

@@ -90,7 +90,9 @@ def _checked_config(spec: str, folder: Path) -> dict[str, Any]:
     architectures = [str(name) for name in config.get("architectures") or []]
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
         named = ", ".join(architectures) or "no architecture"
-        raise HarnessError(f"re-ranker {spec!r} is not a cross-encoder: its config.json names {named} ({fix})")
+        raise HarnessError(
+            f"re-ranker {spec!r} is not a cross-encoder: its config.json names {named} ({fix})"
+        )
     labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
     if labels != 1:
         raise HarnessError(
@@ -161,7 +163,9 @@ class CrossEncoderReranker:
         check_precision(self.dtype, self.device)
         limit = self.model.max_positions or DEFAULT_MAX_LENGTH
         self.max_length = min(self.settings.max_length or DEFAULT_MAX_LENGTH, limit)
-        key = digest_of({"model": self.model.identity, "max_length": self.max_length, "precision": self.dtype})
+        key = digest_of(
+            {"model": self.model.identity, "max_length": self.max_length, "precision": self.dtype}
+        )
         self.directory = CacheLayout(self.cache_dir).rerank_scores(self.model.slug, key)
         self.key = key
 
@@ -225,8 +229,13 @@ class CrossEncoderReranker:
     def _write_cache(self, scores: dict[str, float], truncated: list[str]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if not (self.directory / MANIFEST).is_file():
-            manifest = {"key": self.key, "model": self.model.slug, "identity": self.model.identity,
-                        "max_length": self.max_length, "precision": short_precision(self.dtype)}
+            manifest = {
+                "key": self.key,
+                "model": self.model.slug,
+                "identity": self.model.identity,
+                "max_length": self.max_length,
+                "precision": short_precision(self.dtype),
+            }
             atomic_write_json(self.directory / MANIFEST, manifest)
         # A new file per scoring pass: concurrent writers never overwrite each other's scores.
         name = f"scores-{digest_of(sorted(scores))[:12]}-{secrets.token_hex(2)}.json"

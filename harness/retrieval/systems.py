@@ -23,7 +23,7 @@ from pydantic import PositiveInt, model_validator
 from harness.core.config import Record, read_mapping, record_folder_files, validate
 from harness.core.errors import HarnessError, InputError
 from harness.models.identity import slugify
-from harness.models.registry import find_record
+from harness.models.registry import find_record, model_registry
 from harness.retrieval.fusion import DEFAULT_RRF_K, FusionSettings
 from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH
 
@@ -98,12 +98,17 @@ def system_registry() -> dict[str, SystemRecord]:
     """All system records by name (shipped, then the user's overlay); names and aliases must be unique."""
     records: dict[str, SystemRecord] = {}
     claimed: dict[str, Path] = {}
+    models = model_registry()
     for path in record_folder_files("systems").values():
         record = load_system(path)
         for label in (record.name, *record.aliases):
             other = claimed.get(label.lower())
             if other is not None:
                 raise InputError(path, None, f"name or alias {label!r} is already used by {other.name}")
+            if find_record(label, models) is not None:
+                raise InputError(
+                    path, None, f"name or alias {label!r} is already a model's", "rename the system"
+                )
             claimed[label.lower()] = path
         records[record.name] = record
     return records
