@@ -14,7 +14,7 @@ import datetime as dt
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,13 +28,22 @@ from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_p
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import PIPELINE_METRICS, EvaluationSettings
-from harness.evaluation.trec import Run, write_run
+from harness.evaluation.trec import Run, top_k_ranking, write_run
 from harness.models.resolve import ResolvedModel, resolve_model
 from harness.provenance import StageTimer, environment_info
 from harness.results.store import StoredResult, load_result, result_dir, write_result
 from harness.retrieval import bm25
 from harness.retrieval.dense import IndexSpec, dense_search, parse_index_spec
+from harness.retrieval.fusion import fuse
+from harness.retrieval.rerank import (
+    CrossEncoderReranker,
+    RerankSettings,
+    head_docids,
+    passages_for,
+    resolve_cross_encoder,
+)
 from harness.retrieval.settings import RetrievalSettings
+from harness.retrieval.systems import SystemRecord, find_system
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +143,7 @@ def _resolved_config(
     request: RunRequest, evaluation: EvaluationSettings, encoder_options: dict[str, Any]
 ) -> dict[str, Any]:
     """The settings that determine the numbers; equal configs mean a result can be reused."""
-    dataset, model, retrieval = request.dataset, request.model, request.retrieval
-    # A new stemmer release changes BM25 scores, so it must not reuse an old result.
-    libraries = bm25.library_versions() if model.record.is_lexical else {}
+    dataset, retrieval = request.dataset, request.retrieval
     return {
         "dataset": {
             "name": dataset.name,
@@ -144,12 +151,7 @@ def _resolved_config(
             "fingerprint": dataset.fingerprint(),
             "qrels_duplicates": dataset.qrels_duplicates,
         },
-        "model": {
-            "spec": model.record.name,
-            "identity": model.identity,
-            "settings": model.record.vector_settings(),
-            "libraries": libraries,
-        },
+        "model": _model_config(request.model),
         "retrieval": {
             "top_k": retrieval.top_k,
             "index": request.index.describe() if request.index is not None else None,
@@ -157,6 +159,17 @@ def _resolved_config(
         },
         "evaluation": evaluation.describe(),
         "encoder_options": encoder_options,
+    }
+
+
+def _model_config(model: ResolvedModel) -> dict[str, Any]:
+    # A new stemmer release changes BM25 scores, so it must not reuse an old result.
+    libraries = bm25.library_versions() if model.record.is_lexical else {}
+    return {
+        "spec": model.record.name,
+        "identity": model.identity,
+        "settings": model.record.vector_settings(),
+        "libraries": libraries,
     }
 
 
@@ -232,10 +245,20 @@ def load_inputs(
     return open_dataset(dataset_spec, data), model
 
 
+def _model_provenance(model: ResolvedModel, model_spec: str) -> dict[str, Any]:
+    return {
+        "spec": model_spec,
+        "record": model.record.name,
+        "source": model.source,
+        "identity": model.identity,
+        "settings": model.record.vector_settings(),
+        "assumed": model.assumed,
+    }
+
+
 def _provenance(
     dataset: EvalDataset,
-    model: ResolvedModel,
-    model_spec: str,
+    model_block: dict[str, Any],
     options: EvalOptions,
     config: dict,
     output: RunOutput,
@@ -259,14 +282,7 @@ def _provenance(
                 "qrels": sum(len(docs) for docs in dataset.qrels.values()),
             },
         },
-        "model": {
-            "spec": model_spec,
-            "record": model.record.name,
-            "source": model.source,
-            "identity": model.identity,
-            "settings": model.record.vector_settings(),
-            "assumed": model.assumed,
-        },
+        "model": model_block,
         "retrieval": {"device": output.device, "label": output.label, **output.details},
         "environment": environment_info(output.device),
     }
@@ -274,11 +290,14 @@ def _provenance(
 
 def run_eval(
     dataset_spec: str,
-    model_spec: str,
+    model_spec: str | SystemRecord,
     options: EvalOptions | None = None,
 ) -> StoredResult:
-    """Evaluate one model on one dataset and return the stored result (reused when nothing changed)."""
+    """Evaluate one model (or system) on one dataset; return the stored result (reused when nothing changed)."""
     options = options or EvalOptions()
+    system = find_system(model_spec)
+    if system is not None:
+        return run_system_eval(dataset_spec, system, options)
     encoding, retrieval, evaluation = (
         options.encoding_settings(),
         options.retrieval_settings(),
@@ -302,28 +321,168 @@ def run_eval(
 
     retrieve = bm25_run if model.record.is_lexical else dense_run
     output = retrieve(request, timer)
-    with timer.stage("evaluate"):
-        scores = evaluation.evaluate(dataset.qrels, output.run)
-    timer.seconds["total"] = round(time.perf_counter() - started, 4)
+    provenance = _provenance(dataset, _model_provenance(model, model_spec), options, config, output)
+    return _evaluate_and_write(
+        target, dataset, (model.record.name, model.slug), output, provenance, options, timer, started
+    )
 
+
+def _evaluate_and_write(
+    target: Path,
+    dataset: EvalDataset,
+    name_and_slug: tuple[str, str],
+    output: RunOutput,
+    provenance: dict[str, Any],
+    options: EvalOptions,
+    timer: StageTimer,
+    started: float,
+) -> StoredResult:
+    """Score ``output.run`` against the qrels and write the result folder (models and systems alike)."""
+    name, slug = name_and_slug
+    with timer.stage("evaluate"):
+        scores = options.evaluation_settings().evaluate(dataset.qrels, output.run)
+    timer.seconds["total"] = round(time.perf_counter() - started, 4)
     metrics_payload = {
         "dataset": dataset.name,
         "split": dataset.split,
-        "model": model.record.name,
-        "model_slug": model.slug,
+        "model": name,
+        "model_slug": slug,
         **scores.to_json(per_query=True),
     }
-    provenance = _provenance(dataset, model, model_spec, options, config, output)
     provenance["timings"] = timer.seconds
-    tag = f"harness-{model.slug}"[:60]
+    tag = f"harness-{slug}"[:60]
     with timer.stage("write"):
         write_result(
             target,
             metrics_payload=metrics_payload,
             provenance=provenance,
-            write_run_file=lambda path: write_run(path, output.run, tag, top_k=retrieval.top_k),
+            write_run_file=lambda path: write_run(path, output.run, tag, top_k=options.top_k),
         )
     return load_result(target)
+
+
+@dataclass
+class SystemParts:
+    """A system bound to this machine: one run request per member, its fusion and its re-ranker."""
+
+    record: SystemRecord
+    members: list[RunRequest]
+    reranker: CrossEncoderReranker | None
+
+    def config(self) -> dict[str, Any]:
+        """The system's identity: every member's model config, the fusion, the re-ranker and its settings."""
+        fusion = self.record.fusion
+        return {
+            "name": self.record.name,
+            "members": [_model_config(request.model) for request in self.members],
+            "fusion": fusion.settings().describe(len(self.members)) if fusion else None,
+            "rerank": self.reranker.describe() if self.reranker else None,
+        }
+
+
+def system_parts(dataset: EvalDataset, system: SystemRecord, options: EvalOptions) -> SystemParts:
+    """Resolve every member and the re-ranker (each fails in one line before any work starts)."""
+    retrieval = options.retrieval_settings()
+    depth = system.fusion.depth if system.fusion and system.fusion.depth else retrieval.top_k
+    member_retrieval = replace(retrieval, top_k=depth)
+    members = []
+    for spec in system.members:
+        model = resolve_model(spec, trust_remote_code=options.trust_remote_code)
+        index = None if model.record.is_lexical else parse_index_spec(retrieval.index)
+        members.append(RunRequest(dataset, model, options.encoding_settings(), member_retrieval, index))
+    reranker = None
+    if system.rerank is not None:
+        settings = RerankSettings(
+            depth=system.rerank.depth,
+            batch_size=system.rerank.batch_size or options.batch_size,
+            max_length=system.rerank.max_length,
+            device=options.device,
+            precision=options.encoder_options.get("precision"),
+        )
+        model = resolve_cross_encoder(system.rerank.model, trust_remote_code=options.trust_remote_code)
+        reranker = CrossEncoderReranker(model, settings, options.cache_dir, options.trust_remote_code)
+    return SystemParts(system, members, reranker)
+
+
+def system_run(parts: SystemParts, top_k: int, timer: StageTimer) -> RunOutput:
+    """Each member's run, fused, re-ranked, cut to ``top_k``; provenance details of every step."""
+    outputs = []
+    for request in parts.members:
+        member_timer = StageTimer()
+        outputs.append((bm25_run if request.model.record.is_lexical else dense_run)(request, member_timer))
+        for stage, seconds in member_timer.seconds.items():
+            timer.add(f"{request.model.slug}:{stage}", seconds)
+    run, label = outputs[0].run, " + ".join(output.label for output in outputs)
+    fusion = parts.record.fusion
+    if fusion is not None:
+        with timer.stage("fuse"):
+            run = fuse(
+                [o.run for o in outputs], fusion.settings(), [r.model.record.name for r in parts.members]
+            )
+        label = f"{fusion.method}({label})"
+    details: dict[str, Any] = {
+        "members": [
+            {
+                "model": request.model.record.name,
+                "device": output.device,
+                "label": output.label,
+                **output.details,
+            }
+            for request, output in zip(parts.members, outputs, strict=True)
+        ]
+    }
+    if parts.reranker is not None:
+        reranker = parts.reranker
+        with timer.stage("rerank"):
+            passages = passages_for(parts.members[0].dataset, head_docids(run, reranker.settings.depth))
+            run = reranker.rerank(run, parts.members[0].dataset.queries, passages)
+        label = f"{label} > {reranker.model.name}@{reranker.settings.depth}"
+        details["rerank"] = {
+            **reranker.describe(),
+            "device": reranker.device,
+            "pairs_scored": reranker.pairs_scored,
+            "pairs_cached": reranker.pairs_cached,
+            "pairs_truncated": reranker.pairs_truncated,
+        }
+    run = {qid: dict(top_k_ranking(docs, top_k)) for qid, docs in run.items()}
+    device = parts.reranker.device if parts.reranker else outputs[-1].device
+    return RunOutput(run, device, label, details)
+
+
+def run_system_eval(dataset_spec: str, system: SystemRecord, options: EvalOptions) -> StoredResult:
+    """``run_eval`` for a system: same result layout, reuse rule and provenance as a model's."""
+    timer = StageTimer()
+    started = time.perf_counter()
+    with timer.stage("load_data"):
+        dataset = open_dataset(dataset_spec, options.data_settings())
+    options.evaluation_settings().metric_names()
+    parts = system_parts(dataset, system, options)
+    # The system's own retrieval settings (its top_k; the members' depth is the fusion's).
+    dense = any(not r.model.record.is_lexical for r in parts.members)
+    index = parse_index_spec(options.index) if dense else None
+    request = replace(parts.members[0], retrieval=options.retrieval_settings(), index=index)
+    config = _resolved_config(request, options.evaluation_settings(), options.encoder_options)
+    del config["model"]  # replaced by every member's, under "system"
+    config = {"system": parts.config(), **config}
+    target = result_dir(options.results_dir, dataset.name, system.slug)
+    if not options.force and (stored := _reusable(target, config)) is not None:
+        log.info("reusing %s (same data, system and settings)", target)
+        stored.reused = True
+        return stored
+    output = system_run(parts, options.top_k, timer)
+    model_block = {
+        "spec": system.name,
+        "record": system.name,
+        "kind": "system",
+        "identity": config["system"],
+        "members": [
+            _model_provenance(r.model, spec) for r, spec in zip(parts.members, system.members, strict=True)
+        ],
+    }
+    provenance = _provenance(dataset, model_block, options, config, output)
+    return _evaluate_and_write(
+        target, dataset, (system.name, system.slug), output, provenance, options, timer, started
+    )
 
 
 @dataclass
@@ -349,22 +508,26 @@ DENSE_ONLY_OPTIONS = {
 }
 
 
-def check_inputs(datasets: list[str], models: list[str], options: EvalOptions) -> list[str]:
-    """Fail on an unknown dataset, model, metric, index or runtime before any pair starts working.
+def check_inputs(datasets: list[str], models: list[str | SystemRecord], options: EvalOptions) -> list[str]:
+    """Fail on an unknown dataset, model, system, metric, index or runtime before any pair starts working.
 
     Returns one note per model for which some given options have no effect.
     """
     for dataset in datasets:
         check_dataset_spec(dataset)
     notes = []
-    for model in models:
-        resolved = resolve_model(model, trust_remote_code=options.trust_remote_code)
-        check_encoder_options(resolved, options.device, options.encoder_options)
-        unused = unused_options(resolved, options)
+    for spec in models:
+        system = find_system(spec)
+        for model in system.members if system is not None else [spec]:
+            resolved = resolve_model(str(model), trust_remote_code=options.trust_remote_code)
+            check_encoder_options(resolved, options.device, options.encoder_options)
+        if system is not None and system.rerank is not None:
+            resolve_cross_encoder(system.rerank.model, trust_remote_code=options.trust_remote_code)
+        unused = unused_options(resolved, options) if system is None else []
         if unused:
             verb = "has" if len(unused) == 1 else "have"
             notes.append(
-                f"{' '.join(unused)} {verb} no effect with {model} (a lexical model: no encoder, no FAISS "
+                f"{' '.join(unused)} {verb} no effect with {spec} (a lexical model: no encoder, no FAISS "
                 "index); ignored"
             )
     options.evaluation_settings().metric_names()
@@ -382,7 +545,7 @@ def unused_options(model: ResolvedModel, options: EvalOptions) -> list[str]:
 
 
 def run_pairs(
-    datasets: list[str], models: list[str], options: EvalOptions
+    datasets: list[str], models: list[str | SystemRecord], options: EvalOptions
 ) -> tuple[list[PairOutcome], list[str]]:
     """Run every pair; a failing pair is reported (one line each) and the others still run.
 
@@ -398,7 +561,7 @@ def run_pairs(
             except HarnessError as error:
                 if len(datasets) * len(models) == 1:
                     raise
-                failures.append(f"{dataset} x {model}: {error}")
+                failures.append(f"{dataset} x {getattr(model, 'name', model)}: {error}")
                 continue
             outcomes.append(PairOutcome(result, time.perf_counter() - started))
             log.info("wrote %s", result.directory)

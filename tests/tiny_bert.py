@@ -90,3 +90,18 @@ def build_tiny_sentence_transformer(folder: Path, bert_folder: Path, *, pooling:
     modules = [transformer, Pooling(HIDDEN, pooling_mode=pooling), Normalize()]
     SentenceTransformer(modules=modules, device="cpu").save(str(folder))
     return Path(folder)
+
+
+def build_tiny_cross_encoder(folder: Path, bert_folder: Path, *, seed: int = 1) -> Path:
+    """A random one-output BertForSequenceClassification (a cross-encoder) sharing the tiny vocabulary."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder = Path(folder)
+    config = BertConfig.from_pretrained(bert_folder, num_labels=1)
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(config)
+    model.eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    BertTokenizerFast.from_pretrained(bert_folder).save_pretrained(folder)
+    return folder

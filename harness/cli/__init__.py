@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "harness.cli.eval_cmd",
     "harness.cli.encode_cmd",
     "harness.cli.evaluate_cmd",
+    "harness.cli.fuse_cmd",
     "harness.cli.qa_cmd",
     "harness.cli.rag_cmd",
     "harness.cli.cache_cmd",

@@ -81,6 +81,8 @@ def _what(entry: CacheEntry) -> str:
         return f"{details['count']} docs"
     if entry.kind == "judge":
         return f"{details['replies']} replies"
+    if entry.kind == "rerank":
+        return f"{details['files']} score files, max length {details['max_length']}"
     return "exact check recorded" if details.get("exact_check") else ""
 
 

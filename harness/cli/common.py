@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.core.errors import OutputError
+from harness.core.errors import HarnessError, OutputError
 from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
@@ -18,6 +18,9 @@ from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESA
 from harness.evaluation.significance import TESTS as PAIRED_TESTS
 from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.pipeline import EvalOptions
+from harness.retrieval.fusion import DEFAULT_RRF_K, FUSION_METHODS, NORMALIZATIONS, FusionSettings
+from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH
+from harness.retrieval.systems import RerankRecord, SystemRecord, command_line_system
 
 # The real range of every numeric option, checked when the command line is parsed. Cut-offs, depths
 # and grades end up in C ints (FAISS, trec_eval), so they stay within 32 bits.
@@ -294,3 +297,88 @@ def add_qrels_duplicates_argument(parser: argparse.ArgumentParser) -> None:
         help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
         "or last (keep the last row, as BEIR's loader)",
     )
+
+
+def add_fusion_arguments(parser: argparse.ArgumentParser, *, method_option: str) -> None:
+    """``METHOD_OPTION --rrf-k --norm --weights --fuse-depth``, read by :func:`fusion_settings`.
+
+    Values are checked by ``FusionSettings`` (one error line), not by argparse, so a bad method or a
+    depth of 0 reads the same from the command line and from a system record.
+    """
+    parser.add_argument(
+        method_option,
+        dest="fuse",
+        metavar="METHOD",
+        help=f"fusion method: {', '.join(FUSION_METHODS)}",
+    )
+    parser.add_argument("--rrf-k", type=int, default=DEFAULT_RRF_K, help="rrf's k (default: %(default)s)")
+    parser.add_argument(
+        "--norm",
+        metavar="NORM",
+        help=f"score normalisation: {', '.join(NORMALIZATIONS)} (default: min-max for combsum/combmnz, "
+        "none for interpolation)",
+    )
+    parser.add_argument(
+        "--weights", nargs="+", type=float, metavar="W", help="interpolation: one weight per run/model"
+    )
+    parser.add_argument(
+        "--fuse-depth",
+        type=int,
+        metavar="N",
+        help="documents each run contributes per query (default: all it has; with eval, --top-k)",
+    )
+
+
+def fusion_settings(args: argparse.Namespace) -> FusionSettings | None:
+    """The fusion :func:`add_fusion_arguments` describes (None without a method)."""
+    if args.fuse is None:
+        if args.weights or args.norm or args.fuse_depth is not None:
+            raise HarnessError("--weights, --norm and --fuse-depth need a fusion method")
+        return None
+    weights = tuple(args.weights) if args.weights else None
+    return FusionSettings(args.fuse, args.rrf_k, args.norm, weights, args.fuse_depth)
+
+
+def add_system_arguments(parser: argparse.ArgumentParser) -> None:
+    """How several ``--model``s become one system: ``--fuse`` and its options, ``--rerank``."""
+    group = parser.add_argument_group(
+        "systems", "fuse the --model runs into one system and/or re-rank with a cross-encoder (see README)"
+    )
+    add_fusion_arguments(group, method_option="--fuse")
+    group.add_argument(
+        "--rerank", metavar="MODEL", help="cross-encoder (folder or hub id) re-ranking each run"
+    )
+    group.add_argument(
+        "--rerank-depth",
+        type=int,
+        default=DEFAULT_RERANK_DEPTH,
+        metavar="N",
+        help="documents re-ranked per query; below it the first-stage order is kept (default: %(default)s)",
+    )
+    group.add_argument("--rerank-max-length", type=int, metavar="N", help="pair truncation (default: 512)")
+
+
+def systems_from_args(args: argparse.Namespace) -> list[str | SystemRecord]:
+    """``--model``s as given, or the system(s) ``--fuse``/``--rerank`` make of them.
+
+    With ``--fuse`` every ``--model`` is a member of one system; with only ``--rerank`` each model is
+    re-ranked on its own.
+    """
+    fusion = fusion_settings(args)
+    if args.rerank is None:
+        if args.rerank_max_length is not None or args.rerank_depth != DEFAULT_RERANK_DEPTH:
+            raise HarnessError("--rerank-depth and --rerank-max-length need --rerank MODEL")
+        if fusion is None:
+            return list(args.model)
+    if args.rerank_depth <= 0:
+        raise HarnessError(f"--rerank-depth must be at least 1, got {args.rerank_depth}")
+    if args.rerank_max_length is not None and args.rerank_max_length <= 0:
+        raise HarnessError(f"--rerank-max-length must be at least 1, got {args.rerank_max_length}")
+    rerank = (
+        RerankRecord(model=args.rerank, depth=args.rerank_depth, max_length=args.rerank_max_length)
+        if args.rerank
+        else None
+    )
+    if fusion is not None:
+        return [command_line_system(list(args.model), fusion, rerank)]
+    return [command_line_system([model], None, rerank) for model in args.model]

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from harness.cli.common import add_eval_arguments, options_from_args
+from harness.cli.common import add_eval_arguments, add_system_arguments, options_from_args, systems_from_args
 from harness.evaluation.judged import HEADLINE_K, judged_warning
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.pipeline import PairOutcome, check_inputs, run_pairs
@@ -48,9 +48,10 @@ def format_summary(outcomes: list[PairOutcome]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    for note in check_inputs(args.dataset, args.model, options):
+    models = systems_from_args(args)
+    for note in check_inputs(args.dataset, models, options):
         print(f"note: {note}", file=sys.stderr)
-    outcomes, failures = run_pairs(args.dataset, args.model, options)
+    outcomes, failures = run_pairs(args.dataset, models, options)
     if outcomes:
         print(format_summary(outcomes))
     for outcome in outcomes:
@@ -75,7 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         nargs="+",
         required=True,
-        help="registry names/aliases, Hugging Face ids or local model folders",
+        help="registry names/aliases (models or systems), Hugging Face ids or local model folders",
     )
     add_eval_arguments(parser)
+    add_system_arguments(parser)
     parser.set_defaults(func=run)

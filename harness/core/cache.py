@@ -9,6 +9,8 @@ Everything the harness computes once and reuses is kept under one root (``--cach
     bm25/<key32>/                                               bm25s index, doc_ids.json, manifest.json
     onnx/<model>__<key16>/                                      model.onnx, export.json, exact-check.json
     judge/<judge model>/<key>.json                              one judge model's replies, one file per call
+    rerank/<model>__<key16>/                                    manifest.json, scores-<key16>.json: cross-encoder
+                                                               scores by (query, document) text digest
 
 Each key is a sha256 over everything that changes the artifact's content (``digest_of``), so equal
 inputs find the same folder and any change misses it. Writers stage into hidden ``.<name>.<random>.tmp``
@@ -34,11 +36,12 @@ EMBEDDINGS_DIR = "embeddings"
 BM25_DIR = "bm25"
 ONNX_DIR = "onnx"
 JUDGE_DIR = "judge"
+RERANK_DIR = "rerank"
 MANIFEST = "manifest.json"
 FAISS_SUFFIX = ".faiss"
 EXPORT_RECORD = "export.json"
 EXACT_CHECK = "exact-check.json"
-KINDS = ("embeddings", "faiss", "bm25", "onnx", "judge")
+KINDS = ("embeddings", "faiss", "bm25", "onnx", "judge", "rerank")
 
 
 def digest_of(payload: Any) -> str:
@@ -99,6 +102,10 @@ class CacheLayout:
 
     def onnx_export(self, model_slug: str, key: str) -> Path:
         return self.root / ONNX_DIR / f"{model_slug}__{key[:16]}"
+
+    def rerank_scores(self, model_slug: str, key: str) -> Path:
+        """Cross-encoder scores of one model at one max length and precision (one file per scoring pass)."""
+        return self.root / RERANK_DIR / f"{model_slug}__{key[:16]}"
 
     @staticmethod
     def exact_check(export_folder: Path) -> Path:
@@ -252,6 +259,25 @@ def _judge_entries(root: Path) -> list[CacheEntry]:
     return found
 
 
+def _rerank_entries(root: Path) -> list[CacheEntry]:
+    found = []
+    for directory in _folders(root / RERANK_DIR):
+        manifest = read_json_or_none(directory / MANIFEST)
+        score_files = sorted(directory.glob("scores-*.json"))
+        found.append(
+            CacheEntry(
+                kind="rerank",
+                key=str((manifest or {}).get("key") or directory.name.rsplit("__", 1)[-1]),
+                path=directory,
+                bytes=_size(directory),
+                complete=manifest is not None,
+                model=(manifest or {}).get("model"),
+                details={"files": len(score_files), "max_length": (manifest or {}).get("max_length")},
+            )
+        )
+    return found
+
+
 def cache_entries(root: str | Path, kind: str | None = None) -> list[CacheEntry]:
     """Every cached artifact under ``root`` (of one ``kind`` when given), in a stable order."""
     root = Path(root)
@@ -260,6 +286,7 @@ def cache_entries(root: str | Path, kind: str | None = None) -> list[CacheEntry]
         "bm25": _bm25_entries,
         "onnx": _onnx_entries,
         "judge": _judge_entries,
+        "rerank": _rerank_entries,
     }
     found = [entry for read in readers.values() for entry in read(root)]
     return [entry for entry in found if kind is None or entry.kind == kind]

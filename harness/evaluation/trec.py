@@ -2,7 +2,8 @@
 
 Rankings follow trec_eval: score descending, then document id descending (compared as
 strings); the rank column of a run file is ignored. Every stage that orders documents
-goes through :func:`sorted_ranking` / :func:`top_k_ranking` so the rule lives in one place.
+goes through :func:`sorted_ranking` / :func:`top_k_ranking`, whose one home is
+``harness.core.ranking`` (below the retrieval stage, which fuses and re-ranks); they are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,41 +18,16 @@ import numpy as np
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write, iter_lines
+from harness.core.ranking import Run as Run
+from harness.core.ranking import sorted_ranking as sorted_ranking
+from harness.core.ranking import top_k_ranking as top_k_ranking
 from harness.datasets.qrels import Qrels as Qrels  # re-exported: the type lives with the one qrels reader
 
 if TYPE_CHECKING:
     import pyarrow
 
-Run = dict[str, dict[str, float]]
-
 RUN_COLUMNS = ("qid", "q0", "docid", "rank", "score", "tag")
 RUN_LINE_HELP = "expected 6 columns: qid Q0 docid rank score tag"
-
-
-def _ranking_key(item: tuple[str, float]) -> tuple[float, str]:
-    return (item[1], item[0])
-
-
-def sorted_ranking(docs: dict[str, float]) -> list[tuple[str, float]]:
-    """``(docid, score)`` pairs in trec_eval order: score descending, then docid descending."""
-    return sorted(docs.items(), key=_ranking_key, reverse=True)
-
-
-def top_k_ranking(docs: dict[str, float], k: int) -> list[tuple[str, float]]:
-    """The first ``k`` entries of :func:`sorted_ranking`, without sorting the whole ranking.
-
-    numpy finds the k-th largest score; only documents scoring at least that much (k plus
-    any ties at the boundary) are sorted by the tie rule.
-    """
-    if k >= len(docs):
-        return sorted_ranking(docs)
-    if k <= 0:
-        return []
-    scores = np.fromiter(docs.values(), dtype=np.float64, count=len(docs))
-    threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
-    docids = list(docs)
-    candidates = [(docids[i], docs[docids[i]]) for i in np.flatnonzero(scores >= threshold).tolist()]
-    return sorted(candidates, key=_ranking_key, reverse=True)[:k]
 
 
 def _check_exists(path: Path, what: str) -> None:
