@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 
 
+# Slow, and it runs `make`, which (re)installs the package from this checkout: keep it out of quick runs.
+@pytest.mark.slow
 def test_make_compare_runs_pairs_and_marks_against_first_model(tmp_path: Path, beir_mirror: Path) -> None:
     results = tmp_path / "results"
     command = [
