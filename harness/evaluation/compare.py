@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.evaluation.metrics import as_qrels, empty_ranking_value, evaluate, parse_metrics
+from harness.evaluation.metrics import (
+    DEFAULT_SCORE_PRECISION,
+    as_qrels,
+    empty_ranking_value,
+    evaluate,
+    parse_metrics,
+)
 from harness.evaluation.significance import CORRECTIONS, TESTS, adjust_pvalues, paired_test
 from harness.evaluation.trec import Qrels, Run
 
@@ -177,6 +183,7 @@ def compare_runs(
     settings: SignificanceSettings | None = None,
     relevance_level: int = 1,
     complete: bool = False,
+    score_precision: str = DEFAULT_SCORE_PRECISION,
 ) -> dict[str, Any]:
     """Compare every run with the first (the baseline) on every metric; JSON-ready result.
 
@@ -189,7 +196,8 @@ def compare_runs(
     names = parse_metrics(metrics, ks)
     qrels = as_qrels(qrels)
     evaluations = {
-        label: evaluate(qrels, run, names, relevance_level=relevance_level) for label, run in runs.items()
+        label: evaluate(qrels, run, names, relevance_level=relevance_level, score_precision=score_precision)
+        for label, run in runs.items()
     }
     answered = sorted({qid for evaluation in evaluations.values() for qid in evaluation.per_query})
     paired = sorted(qrels) if complete else answered
@@ -237,6 +245,7 @@ def compare_runs(
             "missing_query_value": "empty ranking: 0 (gmap: log(1e-5))",
             "gmap_scale": "per-query log(AP), as trec_eval",
             "relevance_level": relevance_level,
+            "score_precision": score_precision,
         },
         "comparisons": [comparison.to_json() for comparison in comparisons],
     }
