@@ -266,12 +266,23 @@ def check_score_precision(score_precision: str) -> str:
     return score_precision
 
 
-def _float32_keeps_order(scores: np.ndarray) -> bool:
-    """Whether rounding to float32 (pytrec_eval's sort key) keeps every distinct score distinct."""
+def _float32_merged_queries(sizes: np.ndarray, scores: np.ndarray) -> set[int]:
+    """Positions (among the queries whose rows are ``sizes`` long) of those where rounding to float32,
+    pytrec_eval's sort key, would merge two different scores: their ranking has to be handed over
+    encoded. One vectorised pass for many queries."""
+    with np.errstate(over="ignore"):
+        narrowed = scores.astype(np.float32)
+    if np.array_equal(narrowed, scores):
+        return set()  # float32 holds every score exactly (as scores of float32 vectors do)
     distinct = np.unique(scores)
     with np.errstate(over="ignore"):
-        narrowed = distinct.astype(np.float32)
-    return bool(np.all(narrowed[1:] > narrowed[:-1]))
+        if np.all(distinct[1:].astype(np.float32) > distinct[:-1].astype(np.float32)):
+            return set()  # no two different scores anywhere in these queries share a float32
+    query = np.repeat(np.arange(len(sizes)), sizes)
+    order = np.lexsort((scores, query))
+    query, wide, narrow = query[order], scores[order], narrowed[order]
+    merged = (query[1:] == query[:-1]) & (wide[1:] != wide[:-1]) & (narrow[1:] == narrow[:-1])
+    return set(query[1:][merged].tolist())
 
 
 @dataclass
@@ -282,17 +293,24 @@ class _Handover:
     ranked: list[str] | None
 
 
-def _hand_over(docids: list[str], scores: np.ndarray, depth: int | None, need_ranking: bool) -> _Handover:
-    """The documents (top ``depth`` and ties, or all) with scores whose float32 order is the float64 one."""
+def _hand_over(
+    docids: list[str],
+    scores: np.ndarray,
+    score_list: list[float],
+    depth: int | None,
+    need_ranking: bool,
+    keeps_order: bool,
+) -> _Handover:
+    """The documents (top ``depth`` and ties, or all) with scores whose float32 order is the float64 one
+    (``score_list`` is ``scores.tolist()``, made once for many queries)."""
     if depth is not None and depth < len(docids):
         threshold = np.partition(scores, len(scores) - depth)[len(scores) - depth]
-        keep = np.flatnonzero(scores >= threshold)
-        docids, scores = [docids[i] for i in keep.tolist()], scores[keep]
-    keeps_order = _float32_keeps_order(scores)
+        keep = np.flatnonzero(scores >= threshold).tolist()
+        docids, scores, score_list = [docids[i] for i in keep], scores[keep], [score_list[i] for i in keep]
     order = ranking_order(docids, scores) if need_ranking or not keeps_order else None
     ranked = [docids[i] for i in order.tolist()] if order is not None else None
     if keeps_order:
-        return _Handover(dict(zip(docids, scores.tolist(), strict=True)), ranked)
+        return _Handover(dict(zip(docids, score_list, strict=True)), ranked)
     if len(ranked) > _FLOAT32_EXACT_INTS:
         raise HarnessError(f"a query with {len(ranked)} documents and float32-equal scores is too long to rank")
     # float32 would merge some scores: hand over n - rank, which float32 holds exactly.
@@ -472,6 +490,33 @@ class EvaluationSettings:
         )
 
 
+def _evaluate_chunk(
+    columns: RunColumns, chunk: list[int], engine: _Engine, depth: int | None, score_precision: str
+) -> dict[str, dict[str, float]]:
+    """Metric values of the queries at positions ``chunk`` (ascending) of ``columns``."""
+    first, last = int(columns.offsets[chunk[0]]), int(columns.offsets[chunk[-1] + 1])
+    docids, scores = columns.rows(first, last)
+    if score_precision == "float32":
+        with np.errstate(over="ignore"):
+            scores = scores.astype(np.float32).astype(np.float64)
+    starts = [int(columns.offsets[index]) - first for index in chunk]
+    ends = [int(columns.offsets[index + 1]) - first for index in chunk]
+    sizes = np.array(ends) - np.array(starts)
+    picked = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+    merged = _float32_merged_queries(sizes, scores[picked])
+    score_list = scores.tolist()
+    handed = {}
+    for position, (index, a, b) in enumerate(zip(chunk, starts, ends, strict=True)):
+        qid, ids = columns.qids[index], docids[a:b]
+        needs = engine.needs_ranking(qid)
+        query = _hand_over(ids, scores[a:b], score_list[a:b], depth, needs, position not in merged)
+        whole = depth is None or depth >= len(ids)  # then the handed dict saw every document
+        if (len(query.scores) if whole else len(set(ids))) != len(ids):
+            columns.raise_duplicate()  # trec_eval rejects a (qid, docid) pair listed twice
+        handed[qid] = query
+    return engine.values(handed)
+
+
 def evaluate(
     qrels: Qrels | str | os.PathLike,
     run: Run | RunColumns | str | os.PathLike,
@@ -509,22 +554,14 @@ def evaluate(
     depth = max(spec.k for spec in specs) if all(spec.k is not None for spec in specs) else None
     engine = _Engine(qrels, specs, relevance_level)
     per_query: dict[str, dict[str, float]] = {}
-    for start in range(0, len(judged_answered), _CHUNK_QUERIES):
-        chunk = judged_answered[start : start + _CHUNK_QUERIES]
-        handed = {}
-        for qid in chunk:
-            docids, scores = columns.query(index_of[qid])
-            if len(set(docids)) != len(docids):
-                columns.raise_duplicate()
-            if score_precision == "float32":
-                with np.errstate(over="ignore"):
-                    scores = scores.astype(np.float32).astype(np.float64)
-            handed[qid] = _hand_over(docids, scores, depth, engine.needs_ranking(qid))
-        per_query.update(engine.values(handed))
+    positions = sorted(index_of[qid] for qid in judged_answered)  # file order: each chunk is one slice
+    for start in range(0, len(positions), _CHUNK_QUERIES):
+        chunk = positions[start : start + _CHUNK_QUERIES]
+        per_query.update(_evaluate_chunk(columns, chunk, engine, depth, score_precision))
     if complete:
         for qid in missing:
             per_query[qid] = {spec.name: empty_ranking_value(spec.name) for spec in specs}
-        per_query = dict(sorted(per_query.items()))
+    per_query = dict(sorted(per_query.items()))
 
     aggregate = {
         spec.name: aggregate_values(spec.name, [values[spec.name] for values in per_query.values()])

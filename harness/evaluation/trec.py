@@ -94,6 +94,10 @@ class RunColumns:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
         return self.docids.slice(start, end - start).to_pylist(), self.scores[start:end]
 
+    def rows(self, start: int, end: int) -> tuple[list[str], np.ndarray]:
+        """Document ids and scores of rows ``start:end`` (one or more whole queries)."""
+        return self.docids.slice(start, end - start).to_pylist(), self.scores[start:end]
+
     def ranking(self, index: int) -> dict[str, float]:
         """Query ``index`` as ``{docid: score}``; a document listed twice is an error naming its line."""
         docids, scores = self.query(index)
@@ -164,9 +168,9 @@ def read_run_columns(path: str | os.PathLike) -> RunColumns:
 
 
 _BLOCK_BYTES = 8 << 20  # bytes parsed per batch: big enough to be fast, small enough to stay lean
-# A field holding a byte the fast path does not split on (C whitespace) or an empty field (doubled
-# spaces) sends the file to the careful reader.
-_NOT_ONE_TOKEN = "^$|[\\t\\n\\v\\f\\r]"
+# A field holding C whitespace other than the space (which the fast path does not split on), or an
+# empty field (doubled, leading or trailing spaces), sends the file to the careful reader.
+_NOT_ONE_TOKEN = "^$|[\\t\\v\\f\\r\\n]"
 
 
 def _read_run_fast(path: Path) -> RunColumns | None:
@@ -175,36 +179,35 @@ def _read_run_fast(path: Path) -> RunColumns | None:
     import pyarrow.compute as pc
     import pyarrow.csv as pa_csv
 
-    few = pa.dictionary(pa.int32(), pa.string())
+    few = pa.dictionary(pa.int32(), pa.string())  # columns with few distinct values stay small
     types = {"qid": pa.string(), "q0": few, "docid": pa.string(), "rank": few, "score": pa.float64(), "tag": few}
     try:
         table = pa_csv.read_csv(
             path,
-            read_options=pa_csv.ReadOptions(column_names=list(RUN_COLUMNS), block_size=_BLOCK_BYTES),
-            parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False),
-            convert_options=pa_csv.ConvertOptions(
-                column_types=types, include_columns=["qid", "docid", "score", "q0", "rank", "tag"]
+            # One thread: measured faster than arrow's pool on the 2-core machines this runs on
+            # (scripts/bench_evaluate.py), and evaluation after it is single-threaded anyway.
+            read_options=pa_csv.ReadOptions(
+                column_names=list(RUN_COLUMNS), block_size=_BLOCK_BYTES, use_threads=False
             ),
+            parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False),
+            convert_options=pa_csv.ConvertOptions(column_types=types),
         )
         if table.num_rows == 0:
             return None
-        for name in ("q0", "rank", "tag"):
-            for chunk in table.column(name).chunks:
-                if pc.any(pc.match_substring_regex(chunk.dictionary, _NOT_ONE_TOKEN)).as_py():
-                    return None
-        table = table.select(["qid", "docid", "score"]).combine_chunks()
-        qid_column, docid_column = table.column("qid").chunk(0), table.column("docid").chunk(0)
-        for values in (qid_column, docid_column):
+        table = table.combine_chunks()
+        encoded = table.column("qid").chunk(0).dictionary_encode()
+        docids = table.column("docid").chunk(0)
+        small = [table.column(name).chunk(0).dictionary for name in ("q0", "rank", "tag")]
+        for values in (*small, encoded.dictionary, docids):
             if pc.any(pc.match_substring_regex(values, _NOT_ONE_TOKEN)).as_py():
                 return None
+        if pc.any(pc.starts_with(encoded.dictionary, "#")).as_py():
+            return None  # comment lines that happen to have six fields
         scores = table.column("score").chunk(0).to_numpy(zero_copy_only=False)
         if table.column("score").null_count or np.isnan(scores).any():
             return None
-        encoded = qid_column.dictionary_encode()
-        if pc.any(pc.starts_with(encoded.dictionary, "#")).as_py():
-            return None  # comment lines that happen to have six fields
-        del table, qid_column
-        return _group(encoded.dictionary.to_pylist(), encoded.indices.to_numpy(), docid_column, scores, path)
+        del table
+        return _group(encoded.dictionary.to_pylist(), encoded.indices.to_numpy(), docids, scores, path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
     finally:
