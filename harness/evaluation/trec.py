@@ -2,7 +2,12 @@
 
 Rankings follow trec_eval: score descending, then document id descending (compared as
 strings); the rank column of a run file is ignored. Every stage that orders documents
-goes through :func:`sorted_ranking` / :func:`top_k_ranking` so the rule lives in one place.
+goes through :func:`sorted_ranking` / :func:`top_k_ranking` / :func:`ranking_order` so the rule
+lives in one place.
+
+Runs are read as trec_eval 10 reads them (see :func:`read_run_columns`) into
+:class:`RunColumns`, which evaluation consumes directly; :func:`read_run` gives the same run as
+``{qid: {docid: score}}`` for the stages that want dicts.
 """
 
 from __future__ import annotations
