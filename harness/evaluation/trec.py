@@ -80,13 +80,13 @@ def _check_exists(path: Path, what: str) -> None:
 class RunColumns:
     """A run as columns, each query's documents one contiguous slice (far leaner than dicts).
 
-    ``docids`` is an arrow string array and ``scores`` float64, both ordered query by query;
+    ``docids`` is an arrow (chunked) string array and ``scores`` float64, both ordered query by query;
     query ``i`` is ``qids[i]`` and owns rows ``offsets[i]:offsets[i + 1]``.
     """
 
     qids: list[str]
     offsets: np.ndarray
-    docids: pyarrow.Array
+    docids: pyarrow.Array | pyarrow.ChunkedArray
     scores: np.ndarray
     path: Path | None = None
     extra_column_lines: int = 0  # lines with columns after the run tag (ignored, as trec_eval does)
@@ -179,15 +179,19 @@ _NOT_ONE_TOKEN = "^$|[\\t\\v\\f\\r\\n]"
 
 
 def _read_run_fast(path: Path) -> RunColumns | None:
-    """Columnar read of a single-space-separated six-column file; ``None`` when it needs the careful reader."""
+    """Columnar read of a single-space-separated six-column file, batch by batch, keeping only the
+    query codes, doc ids and scores; ``None`` when the file needs the careful reader."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pa_csv
 
     few = pa.dictionary(pa.int32(), pa.string())  # columns with few distinct values stay small
-    types = {"qid": pa.string(), "q0": few, "docid": pa.string(), "rank": few, "score": pa.float64(), "tag": few}
+    types = {"qid": few, "q0": few, "docid": pa.string(), "rank": few, "score": pa.float64(), "tag": few}
+    code_of: dict[str, int] = {}
+    codes: list[np.ndarray] = []
+    docids: list[pyarrow.Array] = []
+    scores: list[np.ndarray] = []
     try:
-        table = pa_csv.read_csv(
+        reader = pa_csv.open_csv(
             path,
             # One thread: measured faster than arrow's pool on the 2-core machines this runs on
             # (scripts/bench_evaluate.py), and evaluation after it is single-threaded anyway.
@@ -197,29 +201,43 @@ def _read_run_fast(path: Path) -> RunColumns | None:
             parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False),
             convert_options=pa_csv.ConvertOptions(column_types=types),
         )
-        if table.num_rows == 0:
-            return None
-        table = table.combine_chunks()
-        encoded = table.column("qid").chunk(0).dictionary_encode()
-        docids = table.column("docid").chunk(0)
-        small = [table.column(name).chunk(0).dictionary for name in ("q0", "rank", "tag")]
-        for values in (*small, encoded.dictionary, docids):
-            if pc.any(pc.match_substring_regex(values, _NOT_ONE_TOKEN)).as_py():
+        for batch in reader:
+            batch_scores = _plain_batch_scores(batch)
+            if batch_scores is None:
                 return None
-        if pc.any(pc.starts_with(encoded.dictionary, "#")).as_py():
-            return None  # comment lines that happen to have six fields
-        scores = table.column("score").chunk(0).to_numpy(zero_copy_only=False)
-        if table.column("score").null_count or np.isnan(scores).any():
-            return None
-        del table
-        return _group(encoded.dictionary.to_pylist(), encoded.indices.to_numpy(), docids, scores, path)
+            qids = batch.column("qid")
+            known = [code_of.setdefault(qid, len(code_of)) for qid in qids.dictionary.to_pylist()]
+            codes.append(np.array(known, dtype=np.int32)[qids.indices.to_numpy()])
+            docids.append(batch.column("docid"))
+            scores.append(batch_scores)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
     finally:
         pa.default_memory_pool().release_unused()  # hand arrow's freed buffers back to the OS
+    if not codes:
+        return None
+    return _group(list(code_of), np.concatenate(codes), pa.chunked_array(docids), np.concatenate(scores), path)
 
 
-def _group(qids: list[str], codes: np.ndarray, docids: pyarrow.Array, scores: np.ndarray, path: Path) -> RunColumns:
+def _plain_batch_scores(batch: pyarrow.RecordBatch) -> np.ndarray | None:
+    """The batch's scores, or None if any field needs the careful reader (other whitespace, an empty
+    field, a comment line with six fields, a score arrow could not read as trec_eval does)."""
+    import pyarrow.compute as pc
+
+    qids = batch.column("qid").dictionary
+    fields = [qids, *(batch.column(name).dictionary for name in ("q0", "rank", "tag")), batch.column("docid")]
+    if any(pc.any(pc.match_substring_regex(values, _NOT_ONE_TOKEN)).as_py() for values in fields):
+        return None
+    if pc.any(pc.starts_with(qids, "#")).as_py():
+        return None
+    score = batch.column("score")
+    values = score.to_numpy(zero_copy_only=False)
+    return None if score.null_count or np.isnan(values).any() else values
+
+
+def _group(
+    qids: list[str], codes: np.ndarray, docids: pyarrow.ChunkedArray, scores: np.ndarray, path: Path
+) -> RunColumns:
     """Columns grouped by query (codes number queries in order of first appearance)."""
     import pyarrow as pa
 
@@ -252,7 +270,7 @@ def _read_run_careful(path: Path, check_duplicates: bool = False) -> RunColumns:
     line_number = 0
 
     def flush() -> None:
-        code_chunks.append(np.array(codes, dtype=np.int64))
+        code_chunks.append(np.array(codes, dtype=np.int32))
         docid_chunks.append(pa.array(docids, type=pa.large_string()))
         score_chunks.append(np.array(scores, dtype=np.float64))
         codes.clear(), docids.clear(), scores.clear()
@@ -290,7 +308,7 @@ def _read_run_careful(path: Path, check_duplicates: bool = False) -> RunColumns:
     columns = _group(
         list(codes_of),
         np.concatenate(code_chunks),
-        pa.concat_arrays(docid_chunks),
+        pa.chunked_array(docid_chunks),
         np.concatenate(score_chunks),
         path,
     )
