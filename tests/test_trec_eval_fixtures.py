@@ -223,3 +223,23 @@ def test_dcg_and_ndcg_on_the_worked_example(tmp_path: Path) -> None:
     assert f"{ours['dcg@5']:.4f}" == "6.1487"
     assert f"{ours['ndcg@5']:.4f}" == "0.9724"
     assert f"{ours['dcg@5'] / ours['ndcg@5']:.4f}" == "6.3235"
+
+
+# --- the setting is wired through both commands ---------------------------------------------------------
+
+
+def test_score_precision_reaches_eval_options_and_the_recorded_settings() -> None:
+    from harness.cli import build_parser
+    from harness.cli.common import options_from_args
+
+    parser = build_parser()
+    args = parser.parse_args(["eval", "--dataset", "scifact", "--model", "minilm", "--score-precision", "float32"])
+    settings = options_from_args(args).evaluation_settings()
+    assert settings.score_precision == "float32"
+    assert settings.describe()["score_precision"] == "float32"  # part of the result-reuse config
+    default = options_from_args(parser.parse_args(["eval", "--dataset", "scifact", "--model", "minilm"]))
+    assert default.evaluation_settings().describe()["score_precision"] == "float64"
+    qrels = {"q1": {"a": 1, "b": 0}}
+    run = {"q1": {"a": 0.30000000000000004, "b": 0.3}}
+    result = settings.evaluate(qrels, run)
+    assert result.aggregate["map"] == 0.5 and result.to_json()["settings"]["score_precision"] == "float32"

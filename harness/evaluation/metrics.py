@@ -274,10 +274,11 @@ def _float32_merged_queries(sizes: np.ndarray, scores: np.ndarray) -> set[int]:
         narrowed = scores.astype(np.float32)
     if np.array_equal(narrowed, scores):
         return set()  # float32 holds every score exactly (as scores of float32 vectors do)
-    distinct = np.unique(scores)
+    ordered = np.sort(scores)
     with np.errstate(over="ignore"):
-        if np.all(distinct[1:].astype(np.float32) > distinct[:-1].astype(np.float32)):
-            return set()  # no two different scores anywhere in these queries share a float32
+        narrow_ordered = ordered.astype(np.float32)
+    if not np.any((ordered[1:] != ordered[:-1]) & (narrow_ordered[1:] == narrow_ordered[:-1])):
+        return set()  # no two different scores anywhere in these queries share a float32
     query = np.repeat(np.arange(len(sizes)), sizes)
     order = np.lexsort((scores, query))
     query, wide, narrow = query[order], scores[order], narrowed[order]
@@ -422,6 +423,7 @@ class _Engine:
             if spec.family != "dcg" and (relevance_level >= 1 or spec.level_independent())
         ]
         self.direct_specs = [spec for spec in specs if spec not in self.trec_specs]
+        self.trec_names = {spec.name for spec in self.trec_specs}
         # trec_eval reads out of bounds for a query whose grades are all negative: those go direct.
         self.direct_queries = {qid for qid, judged in qrels.items() if max(judged.values()) < 0}
         self.evaluator = None
@@ -446,7 +448,7 @@ class _Engine:
             n_relevant = sum(1 for rel in judged.values() if rel >= self.level) if self.needs_r else 0
             values = {}
             for spec in self.specs:
-                if qid in trec_values and spec in self.trec_specs:
+                if qid in trec_values and spec.name in self.trec_names:
                     values[spec.name] = spec.from_trec(trec_values[qid][spec.trec_key], n_relevant)
                 else:
                     values[spec.name] = _direct_value(spec, levels, judged, self.level)

@@ -173,9 +173,20 @@ def read_run_columns(path: str | os.PathLike) -> RunColumns:
 
 
 _BLOCK_BYTES = 8 << 20  # bytes parsed per batch: big enough to be fast, small enough to stay lean
-# A field holding C whitespace other than the space (which the fast path does not split on), or an
-# empty field (doubled, leading or trailing spaces), sends the file to the careful reader.
-_NOT_ONE_TOKEN = "^$|[\\t\\v\\f\\r\\n]"
+# C whitespace other than the space, which the fast path does not split on: a field holding one
+# (or an empty field, from doubled, leading or trailing spaces) sends the file to the careful reader.
+_OTHER_WHITESPACE = (b"\t", b"\x0b", b"\x0c", b"\r", b"\n")
+
+
+def _odd_fields(values: pyarrow.Array) -> bool:
+    """Whether a string array holds an empty field or one with whitespace the fast path kept whole
+    (read straight from its offsets and bytes: far faster than a regular expression)."""
+    _, offsets_buffer, data_buffer = values.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[values.offset : values.offset + len(values) + 1]
+    if len(values) and not np.all(offsets[1:] > offsets[:-1]):
+        return True
+    data = data_buffer.to_pybytes()[offsets[0] : offsets[-1]] if data_buffer is not None else b""
+    return any(character in data for character in _OTHER_WHITESPACE)
 
 
 def _read_run_fast(path: Path) -> RunColumns | None:
@@ -226,7 +237,7 @@ def _plain_batch_scores(batch: pyarrow.RecordBatch) -> np.ndarray | None:
 
     qids = batch.column("qid").dictionary
     fields = [qids, *(batch.column(name).dictionary for name in ("q0", "rank", "tag")), batch.column("docid")]
-    if any(pc.any(pc.match_substring_regex(values, _NOT_ONE_TOKEN)).as_py() for values in fields):
+    if any(_odd_fields(values) for values in fields):
         return None
     if pc.any(pc.starts_with(qids, "#")).as_py():
         return None
