@@ -204,11 +204,7 @@ def _read_run_fast(path: Path) -> RunColumns | None:
     try:
         reader = pa_csv.open_csv(
             path,
-            # One thread: measured faster than arrow's pool on the 2-core machines this runs on
-            # (scripts/bench_evaluate.py), and evaluation after it is single-threaded anyway.
-            read_options=pa_csv.ReadOptions(
-                column_names=list(RUN_COLUMNS), block_size=_BLOCK_BYTES, use_threads=False
-            ),
+            read_options=pa_csv.ReadOptions(column_names=list(RUN_COLUMNS), block_size=_BLOCK_BYTES),
             parse_options=pa_csv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False),
             convert_options=pa_csv.ConvertOptions(column_types=types),
         )
