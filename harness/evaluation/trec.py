@@ -96,8 +96,7 @@ class RunColumns:
 
     def query(self, index: int) -> tuple[list[str], np.ndarray]:
         """Query ``index``'s document ids and float64 scores, in file order."""
-        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
-        return self.docids.slice(start, end - start).to_pylist(), self.scores[start:end]
+        return self.rows(int(self.offsets[index]), int(self.offsets[index + 1]))
 
     def rows(self, start: int, end: int) -> tuple[list[str], np.ndarray]:
         """Document ids and scores of rows ``start:end`` (one or more whole queries)."""
