@@ -8,7 +8,8 @@ Text follows trec_eval's reader (get_qrels.c): fields split on C whitespace (spa
 FF; a no-break space is part of an id), lines whose first non-blank character is ``#`` are comments
 (a ``#`` inside a field, as in ``CR#93E-1860``, is not), and relevance is read as C's ``atol`` reads a
 number: ``1.5`` is 1, ``-0.5`` is 0. Text that is not a number at all is an error here (``atol`` would
-silently read 0).
+silently read 0). A dataset folder's ``qrels/<split>.tsv`` (``layout="beir"``) keeps BEIR's rule instead:
+grades are whole numbers, as BEIR's loader reads them with ``int``.
 
 A (query, document) pair judged twice is an error by default, as in trec_eval (form_res_rels.c:
 "duplicate docs"); ``duplicates="last"`` keeps the last row instead, as BEIR's loader does, and
@@ -103,6 +104,14 @@ def _is_int(text: str) -> bool:
     return parse_c_long(text) is not None
 
 
+def _is_whole_number(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 Row = tuple[str, str, int]
 RowParser = Callable[[Path, int, str], "Row | None"]
 
@@ -147,7 +156,7 @@ def _beir_row(path: Path, number: int, line: str) -> Row | None:
     if not line.strip() or is_comment(line):
         return None
     columns = line.split("\t")
-    if number == 1 and not (len(columns) == 3 and _is_int(columns[2].strip())):
+    if number == 1 and not (len(columns) == 3 and _is_whole_number(columns[2].strip())):
         return None  # the "query-id corpus-id score" header (a headerless first row is kept)
     if len(columns) != 3:
         raise InputError(
@@ -159,10 +168,9 @@ def _beir_row(path: Path, number: int, line: str) -> Row | None:
     query_id, doc_id, score_text = (column.strip() for column in columns)
     if not query_id or not doc_id:
         raise InputError(path, number, "empty query-id or corpus-id")
-    relevance = parse_c_long(score_text)
-    if relevance is None:
+    if not _is_whole_number(score_text):  # BEIR's loader reads int(score): a dataset keeps that rule
         raise InputError(path, number, f"score {score_text!r} is not an integer")
-    return query_id, doc_id, relevance
+    return query_id, doc_id, int(score_text)
 
 
 def read_qrels(
