@@ -27,7 +27,7 @@ from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
-from harness.evaluation.metrics import PIPELINE_METRICS, EvaluationSettings
+from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, EvaluationSettings
 from harness.evaluation.trec import Run, top_k_ranking, write_run
 from harness.models.resolve import ResolvedModel, resolve_model
 from harness.provenance import StageTimer, environment_info
@@ -74,6 +74,7 @@ class EvalOptions:
     ks: list[int] | None = None  # cut-offs for bare family names in ``metrics``
     relevance_level: int = 1
     complete: bool = False
+    score_precision: str = DEFAULT_SCORE_PRECISION  # "float32": rank as trec_eval 9 / pytrec_eval
     strict: bool = False
     qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
     trust_remote_code: bool = False

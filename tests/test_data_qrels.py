@@ -42,7 +42,7 @@ def test_read_qrels_trec_and_beir_formats(tmp_path: Path) -> None:
         ("q1 0 d1 1\nq1 0 d2\n", 2, "found 3 columns, earlier lines have 4"),
         ("q1 0 d1 1 x\n", 1, "found 5 columns"),
         ("q1 0 d1 1\nq1 0 d2 yes\n", 2, "relevance 'yes' is not an integer"),
-        ("q1 0 d1 1\nq1 0 d2 0.5\n", 2, "relevance '0.5' is not an integer"),
+        ("q1 0 d1 1\nq1 0 d2 0x1\n", 2, "relevance '0x1' is not an integer"),
         ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t1\n", 3, "duplicate judgment"),
         ("", 1, "no judgments"),
     ],

@@ -134,7 +134,6 @@ def test_ids_that_look_like_numbers_or_null_stay_strings(tmp_path: Path) -> None
     ("content", "line", "problem"),
     [
         ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4\n", 2, "found 5 columns"),
-        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4 t extra\n", 2, "found 7 columns"),
         ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 high t\n", 2, "score 'high' is not a number"),
         ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 nan t\n", 2, "score is NaN"),
         (
@@ -142,7 +141,8 @@ def test_ids_that_look_like_numbers_or_null_stay_strings(tmp_path: Path) -> None
             3,
             "duplicate document 'd1' for query 'q1'",
         ),
-        ("q1 Q0 d\u00a01 1 0.5 t\n", 1, "found 7 columns"),  # a non-breaking space splits a field
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 0.4abc t\n", 2, "score '0.4abc' is not a number"),
+        ("q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 1_000 t\n", 2, "score '1_000' is not a number"),
     ],
 )
 def test_bad_run_lines_are_located(tmp_path: Path, content: str, line: int, problem: str) -> None:
@@ -186,10 +186,26 @@ def test_single_space_runs_take_the_columnar_path(tmp_path: Path, monkeypatch: p
         read_run(tmp_path / "tabs.trec")
 
 
-def test_fast_reader_knows_every_character_str_split_splits_on() -> None:
-    from harness.evaluation.trec import _WHITESPACE
+def test_fields_split_on_c_whitespace_only_as_trec_eval(tmp_path: Path) -> None:
+    # A no-break space or \x1c is part of an id for trec_eval (C isspace); tabs and \v split.
+    path = _write(tmp_path / "run.trec", "q1 Q0 d\u00a01 1 0.5 t\nq1\tQ0\vd\x1c2 2\f0.25 t\n")
+    assert read_run(path) == {"q1": {"d\u00a01": 0.5, "d\x1c2": 0.25}}
 
-    assert set(_WHITESPACE) == {code for code in range(0x110000) if chr(code).isspace()}
+
+def test_extra_columns_comments_and_c_numbers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    text = (
+        "# a comment line\n"
+        "q1 Q0 d1 1 0x1p-1 STANDARD more junk at end of lines\n"
+        "   # an indented comment\n"
+        "q1 Q0 CR#9 2 -INF t extra\n"
+        "q1 Q0 d3 3 1e400 t\n"
+    )
+    with caplog.at_level("WARNING"):
+        assert read_run(_write(tmp_path / "run.trec", text)) == {
+            "q1": {"d1": 0.5, "CR#9": float("-inf"), "d3": float("inf")}
+        }
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1 and "2 lines have columns after the run tag" in warnings[0]
 
 
 def test_queries_spanning_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from harness.core.paths import default_cache_dir, default_data_dir, default_resu
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
-from harness.evaluation.metrics import PIPELINE_METRICS
+from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, SCORE_PRECISIONS
 from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES
 from harness.evaluation.significance import TESTS as PAIRED_TESTS
 from harness.models.registry import PRECISIONS, RUNTIMES
@@ -198,6 +198,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--complete", action="store_true", help="average unretrieved judged queries as 0 (-c)"
     )
+    add_score_precision_argument(parser)
     parser.add_argument("--strict", action="store_true", help="qrels naming unknown ids are errors")
     add_qrels_duplicates_argument(parser)
     parser.add_argument("--trust-remote-code", action="store_true", help="allow a model's own Python code")
@@ -269,6 +270,7 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
         ks=list(args.ks) if args.ks else None,
         relevance_level=args.relevance_level,
         complete=args.complete,
+        score_precision=args.score_precision,
         strict=args.strict,
         qrels_duplicates=args.qrels_duplicates,
         trust_remote_code=args.trust_remote_code,
@@ -285,6 +287,17 @@ def options_from_args(args: argparse.Namespace) -> EvalOptions:
             for key, value in (("runtime", args.runtime), ("precision", args.precision))
             if value is not None
         },
+    )
+
+
+def add_score_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """``--score-precision {float64,float32}``, read as ``args.score_precision``."""
+    parser.add_argument(
+        "--score-precision",
+        choices=SCORE_PRECISIONS,
+        default=DEFAULT_SCORE_PRECISION,
+        help="rank by scores as read, like trec_eval 10 (float64, default), or rounded to float32 first, "
+        "like trec_eval 9, pytrec_eval, beir and mteb (float32); recorded in the output's settings",
     )
 
 

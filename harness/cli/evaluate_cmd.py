@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.cli.common import (
     add_qrels_duplicates_argument,
+    add_score_precision_argument,
     add_significance_arguments,
     cutoff,
     output_file,
@@ -20,7 +21,7 @@ from harness.core.fileio import atomic_write_json, file_digest
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation, evaluate
-from harness.evaluation.trec import read_run
+from harness.evaluation.trec import read_run, read_run_columns
 
 # One list object, so _cutoffs can tell the default apart from the same names typed by the user.
 _EVALUATE_DEFAULT = list(EVALUATE_FAMILIES)
@@ -31,8 +32,10 @@ METRICS_HELP = (
 )
 FORMATS_HELP = (
     "QRELS is TREC `qid iter docid rel` or BEIR TSV `query-id corpus-id score` (header optional); runs are "
-    "TREC `qid Q0 docid rank score tag`. Columns split on any whitespace; .gz is read transparently. "
-    "Ranking is trec_eval's: score descending, then docid descending; the rank column is ignored."
+    "TREC `qid Q0 docid rank score tag`, columns after the tag ignored. Files are read as trec_eval reads "
+    "them: columns split on spaces and tabs, lines starting with # skipped, relevance read as an integer "
+    "(1.5 is 1), scores as C reads them (0x1p-1 too); .gz is read transparently. Ranking is trec_eval's: "
+    "score descending, then docid descending; the rank column is ignored."
 )
 
 
@@ -67,6 +70,7 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
         help="average over every judged query, scoring those the run missed as 0 (trec_eval -c); "
         "default: only judged queries present in the run",
     )
+    add_score_precision_argument(parser)
     parser.add_argument(
         "--output", "-o", type=output_file, metavar="FILE.json", help="also write the results as JSON"
     )
@@ -121,14 +125,14 @@ def _inputs(paths: dict[str, Path]) -> dict:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
-    run = read_run(args.run)
     result = evaluate(
         qrels,
-        run,
+        read_run_columns(args.run),
         args.metrics,
         ks=_cutoffs(args),
         relevance_level=args.relevance_level,
         complete=args.complete,
+        score_precision=args.score_precision,
     )
     width = max(len(name) for name in result.aggregate)
     for name, value in result.aggregate.items():
@@ -216,6 +220,7 @@ def run_compare(args: argparse.Namespace) -> int:
         settings=significance_settings(args),
         relevance_level=args.relevance_level,
         complete=args.complete,
+        score_precision=args.score_precision,
     )
     _print_comparison(result)
     if args.output:

@@ -36,3 +36,11 @@ def top_k_ranking(docs: dict[str, float], k: int) -> list[tuple[str, float]]:
     docids = list(docs)
     candidates = [(docids[i], docs[docids[i]]) for i in np.flatnonzero(scores >= threshold).tolist()]
     return sorted(candidates, key=_ranking_key, reverse=True)[:k]
+
+
+def ranking_order(docids: list[str], scores: np.ndarray) -> np.ndarray:
+    """Indices of the documents in trec_eval order (score descending, then docid descending), one
+    float64 sort; numpy compares strings by code point, which is strcmp's order on UTF-8."""
+    if not docids:
+        return np.zeros(0, dtype=np.int64)
+    return np.lexsort((np.array(docids), scores))[::-1]

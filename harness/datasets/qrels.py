@@ -4,6 +4,13 @@ Every stage reads judgements here (``harness eval`` through ``load_dataset``, ``
 ``harness compare`` directly), so one file gets one verdict. Relevance stays an int, negative and
 graded values included (trec_eval decides what they mean).
 
+Text follows trec_eval's reader (get_qrels.c): fields split on C whitespace (space, tab, CR, LF, VT,
+FF; a no-break space is part of an id), lines whose first non-blank character is ``#`` are comments
+(a ``#`` inside a field, as in ``CR#93E-1860``, is not), and relevance is read as C's ``atol`` reads a
+number: ``1.5`` is 1, ``-0.5`` is 0. Text that is not a number at all is an error here (``atol`` would
+silently read 0). A dataset folder's ``qrels/<split>.tsv`` (``layout="beir"``) keeps BEIR's rule instead:
+grades are whole numbers, as BEIR's loader reads them with ``int``.
+
 A (query, document) pair judged twice is an error by default, as in trec_eval (form_res_rels.c:
 "duplicate docs"); ``duplicates="last"`` keeps the last row instead, as BEIR's loader does, and
 counts the repeats so ``harness data verify`` can report them.
@@ -12,6 +19,7 @@ counts the repeats so ``harness data verify`` can report them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +61,51 @@ def check_duplicates_policy(duplicates: str) -> str:
     return duplicates
 
 
+# C's isspace() in the "C" locale: what trec_eval splits fields on.
+C_WHITESPACE = " \t\n\v\f\r"
+_C_FIELDS = re.compile(r"[^ \t\n\v\f\r]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
+_SPECIAL = re.compile(r"[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
+_LEADING_INT = re.compile(r"[+-]?[0-9]*")
+
+
+def c_fields(line: str) -> list[str]:
+    """The fields of a line as trec_eval splits it: on C whitespace only."""
+    return _C_FIELDS.findall(line)
+
+
+def is_comment(line: str) -> bool:
+    """trec_eval 10 skips lines whose first non-blank character is ``#``."""
+    return line.lstrip(C_WHITESPACE).startswith("#")
+
+
+def parse_c_double(text: str) -> float | None:
+    """The number C's ``strtod`` reads from the whole of ``text`` (decimal, hex float such as
+    ``0x1p-1``, inf, nan), or None when ``text`` is not entirely one number."""
+    if _DECIMAL.fullmatch(text) or _SPECIAL.fullmatch(text):
+        return float(text)
+    if _HEX.fullmatch(text):
+        body = text.lstrip("+-")
+        value = float.fromhex(body if "p" in body.lower() else body + "p0")
+        return -value if text.startswith("-") else value
+    return None
+
+
+def parse_c_long(text: str) -> int | None:
+    """The integer C's ``atol`` reads from a decimal number (``1.5`` -> 1, ``-0.5`` -> 0, ``2e3`` -> 2),
+    or None when ``text`` is not a decimal number (``atol`` would read 0 from it silently)."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    digits = _LEADING_INT.match(text).group(0)
+    return int(digits) if digits.strip("+-") else 0
+
+
 def _is_int(text: str) -> bool:
+    return parse_c_long(text) is not None
+
+
+def _is_whole_number(text: str) -> bool:
     try:
         int(text)
     except ValueError:
@@ -72,9 +124,9 @@ class _AutoRows:
         self.n_columns: int | None = None
 
     def __call__(self, path: Path, number: int, line: str) -> Row | None:
-        fields = line.split()
-        if not fields:
-            return None
+        fields = c_fields(line)
+        if not fields or fields[0].startswith("#"):
+            return None  # blank, or a comment line
         if self.n_columns is None:
             if len(fields) not in (3, 4):
                 raise InputError(path, number, f"found {len(fields)} columns", QRELS_LINE_HELP)
@@ -89,22 +141,23 @@ class _AutoRows:
                 QRELS_LINE_HELP,
             )
         rel_text = fields[-1]
-        if not _is_int(rel_text):
+        relevance = parse_c_long(rel_text)
+        if relevance is None:
             raise InputError(
                 path,
                 number,
                 f"relevance {rel_text!r} is not an integer",
                 "relevance grades are whole numbers such as 0, 1, 2",
             )
-        return fields[0], fields[-2], int(rel_text)
+        return fields[0], fields[-2], relevance
 
 
 def _beir_row(path: Path, number: int, line: str) -> Row | None:
     """A ``query-id<TAB>corpus-id<TAB>score`` row; a first line that is not a valid row is the header."""
-    if not line.strip():
+    if not line.strip() or is_comment(line):
         return None
     columns = line.split("\t")
-    if number == 1 and not (len(columns) == 3 and _is_int(columns[2].strip())):
+    if number == 1 and not (len(columns) == 3 and _is_whole_number(columns[2].strip())):
         return None  # the "query-id corpus-id score" header (a headerless first row is kept)
     if len(columns) != 3:
         spaced = len(columns) == 1 and len(line.split()) == 3
@@ -118,7 +171,7 @@ def _beir_row(path: Path, number: int, line: str) -> Row | None:
     query_id, doc_id, score_text = (column.strip() for column in columns)
     if not query_id or not doc_id:
         raise InputError(path, number, "empty query-id or corpus-id")
-    if not _is_int(score_text):
+    if not _is_whole_number(score_text):  # BEIR's loader reads int(score): a dataset keeps that rule
         raise InputError(path, number, f"score {score_text!r} is not an integer")
     return query_id, doc_id, int(score_text)
 

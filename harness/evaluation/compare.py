@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.evaluation.metrics import as_qrels, empty_ranking_value, evaluate, parse_metrics
+from harness.evaluation.metrics import (
+    DEFAULT_SCORE_PRECISION,
+    as_qrels,
+    empty_ranking_value,
+    evaluate,
+    parse_metrics,
+)
 from harness.evaluation.significance import (
     CORRECTIONS,
     MAX_RESAMPLES,
@@ -194,6 +200,7 @@ def compare_runs(
     settings: SignificanceSettings | None = None,
     relevance_level: int = 1,
     complete: bool = False,
+    score_precision: str = DEFAULT_SCORE_PRECISION,
 ) -> dict[str, Any]:
     """Compare every run with the first (the baseline) on every metric; JSON-ready result.
 
@@ -206,7 +213,9 @@ def compare_runs(
     names = parse_metrics(metrics, ks)
     qrels = as_qrels(qrels)
     evaluations = {
-        label: evaluate(qrels, run, names, relevance_level=relevance_level, diagnose=False)
+        label: evaluate(
+            qrels, run, names, relevance_level=relevance_level, score_precision=score_precision, diagnose=False
+        )
         for label, run in runs.items()
     }
     answered = sorted({qid for evaluation in evaluations.values() for qid in evaluation.per_query})
@@ -255,6 +264,7 @@ def compare_runs(
             "missing_query_value": "empty ranking: 0 (gmap: log(1e-5))",
             "gmap_scale": "per-query log(AP), as trec_eval",
             "relevance_level": relevance_level,
+            "score_precision": score_precision,
         },
         "comparisons": [comparison.to_json() for comparison in comparisons],
     }

@@ -1,10 +1,22 @@
 """The one place retrieval metrics are computed, with trec_eval's semantics.
 
-pytrec_eval (trec_eval compiled in) computes every measure. The two it lacks are exact
-functions of ones it has, so they share its ranking and tie rule: MRR@k is recip_rank kept
-only when the first relevant document is within rank k, and BEIR's capped recall R_cap@k is
-recall@k's relevant-retrieved count divided by min(k, R) instead of R. Relevant means
+Each query is ranked once, in float64, in trec_eval 10's order (score descending, then docid
+descending); pytrec_eval (trec_eval 9 compiled in) is handed scores that make its own float32
+sort reproduce exactly that ranking, so every metric sees one ranking whatever else is asked
+for. ``score_precision="float32"`` rounds scores to float32 first: trec_eval 9's, pytrec_eval's,
+beir's and mteb's numbers.
+
+pytrec_eval computes the measures it has at relevance levels >= 1. The others follow
+trec_eval's definitions directly (:func:`_direct_value`): DCG (gain = grade, log2(rank + 1)
+discount), every level-dependent measure at relevance levels <= 0 (which pytrec_eval refuses;
+in trec_eval a retrieved unjudged document then has level -1 and an in-pool one with a negative
+grade -2), and queries whose judgments are all negative. MRR@k is recip_rank kept only when the
+first relevant document is within rank k, and BEIR's capped recall R_cap@k is recall@k's
+relevant-retrieved count divided by min(k, R) instead of R. Relevant means
 ``rel >= relevance_level``; nDCG's gain is the relevance grade itself, as in trec_eval.
+
+Runs are held as columns (:class:`~harness.evaluation.trec.RunColumns`) and handed to
+pytrec_eval a chunk of queries at a time, so memory stays near the size of the columns.
 
 Averaging follows trec_eval: by default over the queries that are both judged and in the
 run; with ``complete=True`` (trec_eval ``-c``) judged queries the run missed count as an
@@ -17,7 +29,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +38,7 @@ from harness.core.errors import HarnessError
 from harness.datasets.qrels import Qrels, read_qrels
 from harness.evaluation.judged import judged_at_k, judged_cutoffs, judged_summary
 from harness.evaluation.ties import tie_diagnostics
-from harness.evaluation.trec import Run, read_run, top_k_ranking
+from harness.evaluation.trec import Run, RunColumns, RunView, ranking_order, read_run_columns
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +56,7 @@ PIPELINE_METRICS = (
 )
 # What ``harness evaluate`` reports by default: bare families, expanded at ``--ks`` (or each family's cut-offs).
 EVALUATE_FAMILIES = ("ndcg", "map", "recall", "p", "mrr")
-_PRETTY = {"ndcg": "nDCG", "recall": "Recall", "map": "MAP", "mrr": "MRR", "p": "P", "precision": "P"}
+_PRETTY = {"ndcg": "nDCG", "dcg": "DCG", "recall": "Recall", "map": "MAP", "mrr": "MRR", "p": "P", "precision": "P"}
 
 
 def pretty_metric(name: str) -> str:
@@ -63,6 +75,7 @@ class _Family:
 
 FAMILIES: dict[str, _Family] = {
     "ndcg": _Family("optional", trec_full="ndcg", trec_cut="ndcg_cut"),
+    "dcg": _Family("optional"),  # computed directly: pytrec_eval has no dcg
     "recall": _Family("required", trec_cut="recall"),
     "p": _Family("required", trec_cut="P"),
     "map": _Family("optional", trec_full="map", trec_cut="map_cut"),
@@ -76,7 +89,7 @@ FAMILIES: dict[str, _Family] = {
 ALIASES = {"precision": "p", "r-precision": "rprec", "r_precision": "rprec"}
 VALID_NAMES = (
     "ndcg, ndcg@k, recall@k, p@k (alias precision@k), map, map@k, mrr, mrr@k, rprec (alias r-precision), "
-    "bpref, gmap, success@k, r_cap@k; a bare name with ks expands to name@k for each k"
+    "bpref, gmap, success@k, r_cap@k, dcg, dcg@k; a bare name with ks expands to name@k for each k"
 )
 _NAME_PATTERN = re.compile(r"^([a-z_-]+)(?:@(\d+))?$")
 
@@ -104,6 +117,10 @@ class MetricSpec:
         """The key of that measure in pytrec_eval's per-query output."""
         measure, k = self.trec_measure
         return measure if k is None else f"{measure}_{k}"
+
+    def level_independent(self) -> bool:
+        """Whether the relevance level leaves the value alone (trec_eval's nDCG and DCG use grades)."""
+        return self.family in ("ndcg", "dcg")
 
     def from_trec(self, value: float, n_relevant: int) -> float:
         """This metric's value given its pytrec_eval measure's value for one query."""
@@ -234,49 +251,238 @@ def as_qrels(qrels: Qrels | str | os.PathLike) -> Qrels:
     return checked
 
 
-def as_run(run: Run | str | os.PathLike) -> Run:
-    """A run from a path, or the in-memory run unchanged."""
-    return read_run(run) if isinstance(run, (str, os.PathLike)) else run
+def as_run(run: Run | RunColumns | str | os.PathLike) -> RunColumns:
+    """A run as columns: read from a path, converted from dicts, or the columns unchanged."""
+    if isinstance(run, RunColumns):
+        return run
+    if isinstance(run, (str, os.PathLike)):
+        return read_run_columns(run)
+    return RunColumns.from_run(run)
 
 
-def _pytrec_eval(qrels: Qrels, run: Run, specs: list[MetricSpec], relevance_level: int) -> dict:
-    import pytrec_eval
+SCORE_PRECISIONS = ("float64", "float32")
+DEFAULT_SCORE_PRECISION = "float64"
+_RANKING = {
+    "float64": "scores as read (float64), as trec_eval 10",
+    "float32": "scores rounded to float32 first, as trec_eval 9 / pytrec_eval / beir / mteb",
+}
+_CHUNK_QUERIES = 256  # queries handed to pytrec_eval at once: bounds the dicts alive at any time
+_FLOAT32_EXACT_INTS = 1 << 24  # rank-encoded scores must stay distinct in float32
+NONPOOL, UNJUDGED = -1, -2  # trec_eval's levels of a retrieved doc not in the qrels / judged negative
 
+
+def check_score_precision(score_precision: str) -> str:
+    if score_precision not in SCORE_PRECISIONS:
+        raise HarnessError(
+            f"unknown score precision {score_precision!r}; choose one of {', '.join(SCORE_PRECISIONS)}"
+        )
+    return score_precision
+
+
+def _float32_merged_queries(sizes: np.ndarray, scores: np.ndarray) -> set[int]:
+    """Positions (among the queries whose rows are ``sizes`` long) of those where rounding to float32,
+    pytrec_eval's sort key, would merge two different scores: their ranking has to be handed over
+    encoded. One vectorised pass for many queries."""
+    with np.errstate(over="ignore"):
+        narrowed = scores.astype(np.float32)
+    if np.array_equal(narrowed, scores):
+        return set()  # float32 holds every score exactly (as scores of float32 vectors do)
+    ordered = np.sort(scores)
+    with np.errstate(over="ignore"):
+        narrow_ordered = ordered.astype(np.float32)
+    if not np.any((ordered[1:] != ordered[:-1]) & (narrow_ordered[1:] == narrow_ordered[:-1])):
+        return set()  # no two different scores anywhere in these queries share a float32
+    query = np.repeat(np.arange(len(sizes)), sizes)
+    order = np.lexsort((scores, query))
+    query, wide, narrow = query[order], scores[order], narrowed[order]
+    merged = (query[1:] == query[:-1]) & (wide[1:] != wide[:-1]) & (narrow[1:] == narrow[:-1])
+    return set(query[1:][merged].tolist())
+
+
+@dataclass
+class _Handover:
+    """One query as handed to pytrec_eval, plus its ranking when the direct measures need it."""
+
+    scores: dict[str, float]
+    ranked: list[str] | None
+
+
+def _hand_over(
+    docids: list[str],
+    scores: np.ndarray,
+    score_list: list[float],
+    depth: int | None,
+    need_ranking: bool,
+    keeps_order: bool,
+) -> _Handover:
+    """The documents (top ``depth`` and ties, or all) with scores whose float32 order is the float64 one
+    (``score_list`` is ``scores.tolist()``, made once for many queries)."""
+    if depth is not None and depth < len(docids):
+        threshold = np.partition(scores, len(scores) - depth)[len(scores) - depth]
+        keep = np.flatnonzero(scores >= threshold).tolist()
+        docids, scores, score_list = [docids[i] for i in keep], scores[keep], [score_list[i] for i in keep]
+    order = ranking_order(docids, scores) if need_ranking or not keeps_order else None
+    ranked = [docids[i] for i in order.tolist()] if order is not None else None
+    if keeps_order:
+        return _Handover(dict(zip(docids, score_list, strict=True)), ranked)
+    if len(ranked) > _FLOAT32_EXACT_INTS:
+        raise HarnessError(f"a query with {len(ranked)} documents and float32-equal scores is too long to rank")
+    # float32 would merge some scores: hand over n - rank, which float32 holds exactly.
+    return _Handover({docid: float(len(ranked) - rank) for rank, docid in enumerate(ranked)}, ranked)
+
+
+def _trec_measures(specs: Iterable[MetricSpec]) -> set[str]:
     cutoffs: dict[str, set[int]] = {}
     for spec in specs:
         family, k = spec.trec_measure
         cutoffs.setdefault(family, set())
         if k is not None:
             cutoffs[family].add(k)
-    measures = {
-        family if not ks else f"{family}." + ",".join(str(k) for k in sorted(ks))
-        for family, ks in cutoffs.items()
+    return {
+        family if not ks else f"{family}." + ",".join(str(k) for k in sorted(ks)) for family, ks in cutoffs.items()
     }
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures, relevance_level=relevance_level)
-    try:
-        return evaluator.evaluate(run)
-    except TypeError:
-        # pytrec_eval accepts only Python int/float scores (not e.g. numpy.float32): convert once.
-        try:
-            converted = {
-                qid: {docid: float(score) for docid, score in docs.items()} for qid, docs in run.items()
-            }
-        except (TypeError, ValueError) as error:
-            raise HarnessError(f"run scores must be numbers: {error}") from None
-        return evaluator.evaluate(converted)
+
+
+def _levels(ranked: list[str], judged: dict[str, int]) -> list[int]:
+    """trec_eval's level of each ranked document: its grade, NONPOOL if unjudged, UNJUDGED if negative."""
+    levels = []
+    for docid in ranked:
+        grade = judged.get(docid)
+        levels.append(NONPOOL if grade is None else grade if grade >= 0 else UNJUDGED)
+    return levels
+
+
+def _dcg(gains: Iterable[int]) -> float:
+    total = 0.0
+    for rank, gain in enumerate(gains, start=1):
+        if gain > 0:
+            total += gain / math.log2(rank + 1)
+    return total
+
+
+def _average_precision(relevant: list[bool], num_rel: int) -> float:
+    found, total = 0, 0.0
+    for rank, is_relevant in enumerate(relevant, start=1):
+        if is_relevant:
+            found += 1
+            total += found / rank
+    if not found:
+        return 0.0
+    return total / num_rel if num_rel else math.inf  # C's x / 0.0
+
+
+def _bpref(levels: list[int], judged: dict[str, int], level: int, num_rel: int) -> float:
+    num_nonrel = sum(1 for grade in judged.values() if 0 <= grade < level)
+    nonrel_so_far, total = 0, 0.0
+    for value in levels:
+        if value < 0:
+            continue  # not in the pool, or in it but unjudged
+        if value < level:
+            nonrel_so_far += 1
+        elif nonrel_so_far:
+            total += 1.0 - min(nonrel_so_far, num_rel) / min(num_nonrel, num_rel)
+        else:
+            total += 1.0
+    return total / num_rel if num_rel else total
+
+
+def _direct_value(spec: MetricSpec, levels: list[int], judged: dict[str, int], level: int) -> float:
+    """One metric of one query, straight from trec_eval's definitions (see the module docstring)."""
+    k = spec.k if spec.k is not None else len(levels)
+    if spec.family in ("ndcg", "dcg"):
+        dcg = _dcg(levels[:k])
+        if spec.family == "dcg":
+            return dcg
+        ideal = _dcg(sorted((grade for grade in judged.values() if grade > 0), reverse=True)[:k])
+        return dcg / ideal if ideal > 0 else 0.0
+    relevant = [value >= level for value in levels]
+    num_rel = sum(1 for grade in judged.values() if grade >= 0 and grade >= level)
+    family = spec.family
+    if family == "p":
+        return sum(relevant[:k]) / k
+    if family in ("recall", "r_cap"):
+        if not num_rel:
+            return 0.0
+        return sum(relevant[:k]) / (num_rel if family == "recall" else min(k, num_rel))
+    if family == "success":
+        return 1.0 if any(relevant[:k]) else 0.0
+    if family == "mrr":
+        first = relevant.index(True) + 1 if True in relevant else None
+        return 1.0 / first if first is not None and first <= k else 0.0
+    if family == "map":
+        if spec.k is not None and not num_rel:
+            return 0.0
+        return _average_precision(relevant[:k], num_rel)
+    if family == "gmap":
+        return math.log(max(_average_precision(relevant, num_rel), MIN_GEO_MEAN))
+    if family == "rprec":
+        depth = min(len(levels), num_rel)
+        return sum(relevant[:depth]) / num_rel if depth else 0.0
+    if family == "bpref":
+        return _bpref(levels, judged, level, num_rel)
+    raise HarnessError(f"no direct definition of {spec.name}")
+
+
+class _Engine:
+    """Per-query metric values for chunks of handed-over queries."""
+
+    def __init__(self, qrels: Qrels, specs: list[MetricSpec], relevance_level: int):
+        import pytrec_eval
+
+        self.qrels, self.specs, self.level = qrels, specs, relevance_level
+        self.trec_specs = [
+            spec
+            for spec in specs
+            if spec.family != "dcg" and (relevance_level >= 1 or spec.level_independent())
+        ]
+        self.direct_specs = [spec for spec in specs if spec not in self.trec_specs]
+        self.trec_names = {spec.name for spec in self.trec_specs}
+        # trec_eval reads out of bounds for a query whose grades are all negative: those go direct.
+        self.direct_queries = {qid for qid, judged in qrels.items() if max(judged.values()) < 0}
+        self.evaluator = None
+        if self.trec_specs:
+            self.evaluator = pytrec_eval.RelevanceEvaluator(
+                {qid: judged for qid, judged in qrels.items() if qid not in self.direct_queries},
+                _trec_measures(self.trec_specs),
+                relevance_level=max(relevance_level, 1),  # nDCG ignores it; pytrec_eval refuses < 1
+            )
+        self.needs_r = any(spec.family == "r_cap" for spec in self.trec_specs)
+
+    def needs_ranking(self, qid: str) -> bool:
+        return bool(self.direct_specs) or qid in self.direct_queries
+
+    def values(self, handed: dict[str, _Handover]) -> dict[str, dict[str, float]]:
+        via_trec = {qid: query.scores for qid, query in handed.items() if qid not in self.direct_queries}
+        trec_values = self.evaluator.evaluate(via_trec) if self.evaluator and via_trec else {}
+        per_query = {}
+        for qid, query in handed.items():
+            judged = self.qrels[qid]
+            levels = _levels(query.ranked, judged) if query.ranked is not None else []
+            n_relevant = sum(1 for rel in judged.values() if rel >= self.level) if self.needs_r else 0
+            values = {}
+            for spec in self.specs:
+                if qid in trec_values and spec.name in self.trec_names:
+                    values[spec.name] = spec.from_trec(trec_values[qid][spec.trec_key], n_relevant)
+                else:
+                    values[spec.name] = _direct_value(spec, levels, judged, self.level)
+            per_query[qid] = values
+        return per_query
 
 
 @dataclass(frozen=True)
 class EvaluationSettings:
-    """What the evaluation stage needs: which metrics, the relevance threshold, and the averaging."""
+    """What the evaluation stage needs: which metrics, the relevance threshold, the averaging and
+    the score precision of the ranking."""
 
     metrics: Sequence[str] = PIPELINE_METRICS
     ks: Sequence[int] | None = None  # cut-offs for bare family names in ``metrics``
     relevance_level: int = 1
     complete: bool = False  # average over every judged query (trec_eval -c), not only answered ones
+    score_precision: str = DEFAULT_SCORE_PRECISION  # "float32": trec_eval 9 / pytrec_eval's ranking
 
     def metric_names(self) -> list[str]:
         """The canonical metric names, checked (an unknown metric is one error line)."""
+        check_score_precision(self.score_precision)
         return parse_metrics(self.metrics, self.ks)
 
     def describe(self) -> dict[str, object]:
@@ -285,22 +491,56 @@ class EvaluationSettings:
             "ks": list(self.ks) if self.ks is not None else None,
             "relevance_level": self.relevance_level,
             "complete": self.complete,
+            "score_precision": self.score_precision,
         }
 
-    def evaluate(self, qrels: Qrels, run: Run) -> Evaluation:
+    def evaluate(self, qrels: Qrels, run: Run | RunColumns) -> Evaluation:
         return evaluate(
-            qrels, run, self.metric_names(), relevance_level=self.relevance_level, complete=self.complete
+            qrels,
+            run,
+            self.metric_names(),
+            relevance_level=self.relevance_level,
+            complete=self.complete,
+            score_precision=self.score_precision,
         )
+
+
+def _evaluate_chunk(
+    columns: RunColumns, chunk: list[int], engine: _Engine, depth: int | None, score_precision: str
+) -> dict[str, dict[str, float]]:
+    """Metric values of the queries at positions ``chunk`` (ascending) of ``columns``."""
+    first, last = int(columns.offsets[chunk[0]]), int(columns.offsets[chunk[-1] + 1])
+    docids, scores = columns.rows(first, last)
+    if score_precision == "float32":
+        with np.errstate(over="ignore"):
+            scores = scores.astype(np.float32).astype(np.float64)
+    starts = [int(columns.offsets[index]) - first for index in chunk]
+    ends = [int(columns.offsets[index + 1]) - first for index in chunk]
+    sizes = np.array(ends) - np.array(starts)
+    picked = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+    merged = _float32_merged_queries(sizes, scores[picked])
+    score_list = scores.tolist()
+    handed = {}
+    for position, (index, a, b) in enumerate(zip(chunk, starts, ends, strict=True)):
+        qid, ids = columns.qids[index], docids[a:b]
+        needs = engine.needs_ranking(qid)
+        query = _hand_over(ids, scores[a:b], score_list[a:b], depth, needs, position not in merged)
+        whole = depth is None or depth >= len(ids)  # then the handed dict saw every document
+        if (len(query.scores) if whole else len(set(ids))) != len(ids):
+            columns.raise_duplicate()  # trec_eval rejects a (qid, docid) pair listed twice
+        handed[qid] = query
+    return engine.values(handed)
 
 
 def evaluate(
     qrels: Qrels | str | os.PathLike,
-    run: Run | str | os.PathLike,
+    run: Run | RunColumns | str | os.PathLike,
     metrics: Sequence[str],
     *,
     ks: Sequence[int] | None = None,
     relevance_level: int = 1,
     complete: bool = False,
+    score_precision: str = DEFAULT_SCORE_PRECISION,
     diagnose: bool = True,
 ) -> Evaluation:
     """Evaluate ``run`` against ``qrels`` (in memory, or paths to TREC/BEIR files).
@@ -312,39 +552,36 @@ def evaluate(
     specs = parse_metric_specs(metrics, ks)
     if isinstance(relevance_level, bool) or not isinstance(relevance_level, int):
         raise HarnessError(f"relevance_level must be an integer, got {relevance_level!r}")
-    qrels, run = as_qrels(qrels), as_run(run)
+    check_score_precision(score_precision)
+    qrels, columns = as_qrels(qrels), as_run(run)
 
-    answered = {qid for qid, docs in run.items() if docs}
-    judged_answered = sorted(qid for qid in answered if qid in qrels)
-    missing = sorted(qid for qid in qrels if qid not in answered)
-    unjudged = sorted(qid for qid in answered if qid not in qrels)
+    sizes = np.diff(columns.offsets)
+    index_of = {qid: index for index, qid in enumerate(columns.qids) if sizes[index]}
+    judged_answered = sorted(qid for qid in index_of if qid in qrels)
+    missing = sorted(qid for qid in qrels if qid not in index_of)
+    unjudged = sorted(qid for qid in index_of if qid not in qrels)
     if not judged_answered:
         raise HarnessError(
-            f"no run query has judgments ({len(answered)} run queries, {len(qrels)} qrels queries, none shared); "
+            f"no run query has judgments ({len(index_of)} run queries, {len(qrels)} qrels queries, none shared); "
             "check that run and qrels come from the same dataset and split"
         )
 
-    _warn_if_no_document_is_judged(qrels, run, judged_answered)
+    run_view = RunView(columns)  # {qid: {docid: score}} one query at a time: memory stays bounded
+    _warn_if_no_document_is_judged(qrels, run_view, judged_answered)
 
-    # Every metric with a cutoff depends only on the top k: when all have one, pytrec_eval is
-    # handed just the top max(k) of each ranking (cut by the same tie rule), which is far less work.
-    if all(spec.k is not None for spec in specs):
-        depth = max(spec.k for spec in specs)
-        scored = {qid: dict(top_k_ranking(run[qid], depth)) for qid in judged_answered}
-    else:
-        scored = {qid: run[qid] for qid in judged_answered}
-    trec_values = _pytrec_eval(qrels, scored, specs, relevance_level)
-
-    needs_r = any(spec.family == "r_cap" for spec in specs)
+    # Every metric with a cutoff depends only on the top k: when all have one, only the top max(k)
+    # of each ranking (and the ties at its end) is handed over, which is far less work.
+    depth = max(spec.k for spec in specs) if all(spec.k is not None for spec in specs) else None
+    engine = _Engine(qrels, specs, relevance_level)
     per_query: dict[str, dict[str, float]] = {}
-    for qid in judged_answered:
-        measured = trec_values[qid]
-        n_relevant = sum(1 for rel in qrels[qid].values() if rel >= relevance_level) if needs_r else 0
-        per_query[qid] = {spec.name: spec.from_trec(measured[spec.trec_key], n_relevant) for spec in specs}
+    positions = sorted(index_of[qid] for qid in judged_answered)  # file order: each chunk is one slice
+    for start in range(0, len(positions), _CHUNK_QUERIES):
+        chunk = positions[start : start + _CHUNK_QUERIES]
+        per_query.update(_evaluate_chunk(columns, chunk, engine, depth, score_precision))
     if complete:
         for qid in missing:
             per_query[qid] = {spec.name: empty_ranking_value(spec.name) for spec in specs}
-        per_query = dict(sorted(per_query.items()))
+    per_query = dict(sorted(per_query.items()))
 
     aggregate = {
         spec.name: aggregate_values(spec.name, [values[spec.name] for values in per_query.values()])
@@ -356,10 +593,14 @@ def evaluate(
         "averaged_over": "all judged queries (missing ones as empty rankings)"
         if complete
         else "judged queries present in the run",
+        "score_precision": score_precision,
+        "ranking": _RANKING[score_precision],
         "tie_break": "score descending, then docid descending (trec_eval)",
         "gmap_per_query": "log(max(AP, 1e-5)); the aggregate is exp(mean)",
         "engine": _engine_version(),
     }
+    if columns.extra_column_lines:
+        settings["run_lines_with_extra_columns_ignored"] = columns.extra_column_lines
     evaluation = Evaluation(
         aggregate=aggregate,
         per_query=per_query,
@@ -369,12 +610,17 @@ def evaluate(
         settings=settings,
     )
     if diagnose:
-        _add_diagnostics(evaluation, qrels, run, specs, relevance_level)
+        _add_diagnostics(evaluation, qrels, run_view, specs, relevance_level, score_precision)
     return evaluation
 
 
 def _add_diagnostics(
-    evaluation: Evaluation, qrels: Qrels, run: Run, specs: list[MetricSpec], relevance_level: int
+    evaluation: Evaluation,
+    qrels: Qrels,
+    run: Mapping[str, dict[str, float]],
+    specs: list[MetricSpec],
+    relevance_level: int,
+    score_precision: str,
 ) -> None:
     """The hook for harness.evaluation.judged and .ties: judged@k and tie bounds over the same queries."""
     names = [spec.name for spec in specs]
@@ -387,13 +633,20 @@ def _add_diagnostics(
         names,
         sorted({spec.k for spec in specs if spec.k is not None}),
         evaluate_run=lambda reordered: (
-            evaluate(qrels, reordered, names, relevance_level=relevance_level, diagnose=False).per_query
+            evaluate(
+                qrels,
+                reordered,
+                names,
+                relevance_level=relevance_level,
+                score_precision=score_precision,
+                diagnose=False,
+            ).per_query
         ),
         mean=aggregate_values,
     )
 
 
-def _warn_if_no_document_is_judged(qrels: Qrels, run: Run, query_ids: list[str]) -> None:
+def _warn_if_no_document_is_judged(qrels: Qrels, run: Mapping[str, dict[str, float]], query_ids: list[str]) -> None:
     """Queries match but documents never do: every score is 0, almost surely mismatched document ids."""
     judged_docs = {doc_id for qid in query_ids for doc_id in qrels[qid]}
     if any(doc_id in judged_docs for qid in query_ids for doc_id in run[qid]):
