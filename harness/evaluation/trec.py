@@ -50,7 +50,6 @@ def _check_exists(path: Path, what: str) -> None:
         raise HarnessError(f"{what} file not found: {path}")
 
 
-@dataclass
 class RunView(Mapping[str, dict[str, float]]):
     """A :class:`RunColumns` seen as ``{qid: {docid: score}}``, each query's dict built when asked for.
 
@@ -72,6 +71,7 @@ class RunView(Mapping[str, dict[str, float]]):
         return len(self._index)
 
 
+@dataclass
 class RunColumns:
     """A run as columns, each query's documents one contiguous slice (far leaner than dicts).
 
