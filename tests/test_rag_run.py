@@ -93,7 +93,7 @@ def test_notices_come_before_an_error_and_default_to_logging(
 ) -> None:
     file_a = write_jsonl(tmp_path / "a.jsonl", ROWS_A)
     file_b = write_jsonl(tmp_path / "b.jsonl", [{**row, "id": "z" + row["qid"]} for row in ROWS_B])
-    settings, significance = _settings(tmp_path), SignificanceSettings(n_resamples=50)
+    settings, significance = _settings(tmp_path), SignificanceSettings(n_resamples=100)
     with (
         caplog.at_level(logging.WARNING, logger="harness.qa.rag_run"),
         pytest.raises(HarnessError, match="share no question id"),
