@@ -5,8 +5,12 @@ common), writes them as TREC files in a temporary folder, then evaluates nDCG@10
 MAP and MRR@10 from the files with each tool in its own subprocess, so wall time (including
 imports and reading) and peak resident memory are per tool, measured side by side in one run:
 
-- harness: ``datasets.qrels.read_qrels`` + ``harness.evaluation.metrics.evaluate`` on the run's path
-  (columnar reading, queries handed to pytrec_eval a chunk at a time)
+- harness: ``datasets.qrels.read_qrels`` + ``harness.evaluation.metrics.evaluate(..., diagnose=False)``
+  on the run's path (columnar reading, queries handed to pytrec_eval a chunk at a time): the metrics
+  alone, the same work as every other line
+- harness+diagnostics: the same with judged@k and the tie bounds (``diagnose=True``, what ``harness
+  evaluate`` and ``harness eval`` report): the bounds re-score every query whose tie order matters twice,
+  so on this run, where ties are everywhere, they cost about two more evaluations
 - harness-before: the same calls on the harness as of ``--before`` (default: the commit before
   issue 14, which read the run into dicts of dicts), extracted with ``git archive`` into a
   temporary folder and imported from there
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 METRICS = ["ndcg@10", "recall@100", "map", "mrr@10"]
-TOOLS = ("harness", "harness-before", "pytrec_eval", "ranx")
+TOOLS = ("harness", "harness+diagnostics", "harness-before", "pytrec_eval", "ranx")
 # The last commit before issue 14 changed how runs are read and evaluated.
 BEFORE = "64ffbec"
 
@@ -70,11 +74,12 @@ def child(tool: str, qrels_path: str, run_path: str) -> None:
     """Evaluate with one tool and print its metrics and peak memory as JSON."""
     import resource
 
-    if tool == "harness":
+    if tool in ("harness", "harness+diagnostics"):
         from harness.datasets.qrels import read_qrels
         from harness.evaluation.metrics import evaluate
 
-        metrics = evaluate(read_qrels(qrels_path).qrels, run_path, METRICS).aggregate
+        diagnose = tool == "harness+diagnostics"
+        metrics = evaluate(read_qrels(qrels_path).qrels, run_path, METRICS, diagnose=diagnose).aggregate
     elif tool == "harness-before":  # imported from the extracted old tree (see measure)
         from harness.datasets.qrels import read_qrels
         from harness.evaluation.metrics import evaluate
@@ -193,12 +198,12 @@ def main() -> None:
 
     harness = results["harness"]
     print(
-        f"\n{'tool':<16} {'wall s':>8} {'cpu s':>8} {'peak RSS MB':>12} {'time / harness':>15} "
+        f"\n{'tool':<20} {'wall s':>8} {'cpu s':>8} {'peak RSS MB':>12} {'time / harness':>15} "
         f"{'memory / harness':>17}"
     )
     for tool, result in results.items():
         print(
-            f"{tool:<16} {result['seconds']:>8.1f} {result['cpu_seconds']:>8.1f} {result['peak_rss_mb']:>12.0f} "
+            f"{tool:<20} {result['seconds']:>8.1f} {result['cpu_seconds']:>8.1f} {result['peak_rss_mb']:>12.0f} "
             f"{result['seconds'] / harness['seconds']:>15.2f} {result['peak_rss_mb'] / harness['peak_rss_mb']:>17.2f}"
         )
     print(f"\n{'metric':<12}" + "".join(f"{tool:>16}" for tool in tools))

@@ -47,15 +47,23 @@ def order_matters(
     docs: Mapping[str, float], grades: Mapping[str, int], descending_scores: np.ndarray
 ) -> bool:
     """Whether some tied group holds documents of different grades (unjudged = 0); if none does, every
-    order of the tied documents scores the same, so the query need not be re-scored."""
+    order of the tied documents scores the same, so the query need not be re-scored.
+
+    Only groups holding a judged document of non-zero grade can matter: such a group is mixed when it
+    is larger than the number of its documents judged with that same grade (a few look-ups per judged
+    document instead of a pass over the ranking for each).
+    """
     ascending = descending_scores[::-1]
+    same_grade: dict[tuple[float, int], int] = {}
     for docid, grade in grades.items():
         score = docs.get(docid)
-        if grade == 0 or score is None:
+        if score is not None:
+            same_grade[score, grade] = same_grade.get((score, grade), 0) + 1
+    for (score, grade), count in same_grade.items():
+        if grade == 0:
             continue
-        tied = np.searchsorted(ascending, score, "right") - np.searchsorted(ascending, score, "left")
-        # A judged document of non-zero grade tied with another: is there a different grade beside it?
-        if tied > 1 and any(grades.get(other, 0) != grade for other, value in docs.items() if value == score):
+        group = np.searchsorted(ascending, score, "right") - np.searchsorted(ascending, score, "left")
+        if group > count:
             return True
     return False
 
@@ -87,30 +95,47 @@ def bound_method(metric: str) -> str:
 
 def tie_diagnostics(
     qrels: Qrels,
-    run: Run,
+    run: Mapping[str, Mapping[str, float]],
     per_query: PerQuery,
     metrics: Sequence[str],
     cutoffs: Iterable[int],
     *,
     evaluate_run: Callable[[Run], PerQuery],
     mean: Callable[[str, list[float]], float],
+    chunk_queries: int = 2000,
 ) -> dict[str, object]:
     """The ``ties`` block of metrics.json for the queries in ``per_query``.
 
     ``evaluate_run`` scores a run with the same metrics and settings (the one engine); ``mean`` is its
-    aggregation (gmap's is not the arithmetic mean).
+    aggregation (gmap's is not the arithmetic mean). Queries are read and re-scored ``chunk_queries`` at
+    a time, so memory follows the chunk, not the run.
     """
-    scores = {qid: _descending(run.get(qid, {})) for qid in per_query}
-    tied = sorted(qid for qid in per_query if has_ties(scores[qid]))
-    movable = [qid for qid in tied if order_matters(run[qid], qrels.get(qid, {}), scores[qid])]
+    cutoffs = sorted(set(cutoffs))
+    tied: list[str] = []
+    movable: list[str] = []
+    straddling_qids: dict[int, list[str]] = {k: [] for k in cutoffs}
     extremes: dict[str, PerQuery] = {side: {} for side in SIDES}
-    if movable:
-        for side in SIDES:
+    qids = list(per_query)
+    for start in range(0, len(qids), chunk_queries):
+        chunk = {qid: dict(run.get(qid, {})) for qid in qids[start : start + chunk_queries]}
+        chunk_movable = []
+        for qid, docs in chunk.items():
+            scores = _descending(docs)
+            if not has_ties(scores):
+                continue
+            tied.append(qid)
+            for k in cutoffs:
+                if straddles(scores, k):
+                    straddling_qids[k].append(qid)
+            if order_matters(docs, qrels.get(qid, {}), scores):
+                chunk_movable.append(qid)
+        movable.extend(chunk_movable)
+        for side in SIDES if chunk_movable else ():
             reordered = {
-                qid: extreme_order(run[qid], qrels.get(qid, {}), highest_first=side == "highest")
-                for qid in movable
+                qid: extreme_order(chunk[qid], qrels.get(qid, {}), highest_first=side == "highest")
+                for qid in chunk_movable
             }
-            extremes[side] = evaluate_run(reordered)
+            extremes[side].update(evaluate_run(reordered))
     bounds = {}
     for metric in metrics:
         values = {
@@ -124,10 +149,10 @@ def tie_diagnostics(
             ),
             "method": bound_method(metric),
         }
-    straddling = {}
-    for k in sorted(set(cutoffs)):
-        qids = [qid for qid in tied if straddles(scores[qid], k)]
-        straddling[f"@{k}"] = {"queries": len(qids), "qids": qids[:MAX_LISTED_QUERIES]}
+    straddling = {
+        f"@{k}": {"queries": len(straddling_qids[k]), "qids": sorted(straddling_qids[k])[:MAX_LISTED_QUERIES]}
+        for k in cutoffs
+    }
     return {
         "queries_with_ties": len(tied),
         "queries_whose_tie_order_matters": len(movable),
