@@ -566,7 +566,8 @@ def evaluate(
             "check that run and qrels come from the same dataset and split"
         )
 
-    run_view = RunView(columns)  # {qid: {docid: score}} one query at a time: memory stays bounded
+    # {qid: {docid: score}} one query at a time (memory stays bounded), at the scores' evaluated precision
+    run_view = RunView(columns, float32=score_precision == "float32")
     _warn_if_no_document_is_judged(qrels, run_view, judged_answered)
 
     # Every metric with a cutoff depends only on the top k: when all have one, only the top max(k)

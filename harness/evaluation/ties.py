@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from harness.datasets.qrels import Qrels
-from harness.evaluation.trec import Run, sorted_ranking
+from harness.evaluation.trec import Run, ranking_order
 
 PerQuery = dict[str, dict[str, float]]
 SIDES = ("lowest", "highest")
@@ -78,11 +78,16 @@ def extreme_order(
 ) -> dict[str, float]:
     """The ranking with each tied group sorted by grade (unjudged = 0), re-scored n..1 so no tie remains.
 
-    Python's sort is stable, so documents of equal score and grade keep trec_eval's order.
+    Documents of equal score and grade keep trec_eval's order (their position in it is the last key).
     """
-    sign = -1 if highest_first else 1
-    ordered = sorted(sorted_ranking(dict(docs)), key=lambda item: (-item[1], sign * grades.get(item[0], 0)))
-    return {docid: float(len(ordered) - rank) for rank, (docid, _) in enumerate(ordered)}
+    docids = list(docs)
+    n = len(docids)
+    scores = np.fromiter(docs.values(), dtype=np.float64, count=n)
+    position = np.empty(n, dtype=np.int64)
+    position[ranking_order(docids, scores)] = np.arange(n)
+    grade = np.fromiter((grades.get(docid, 0) for docid in docids), dtype=np.int64, count=n)
+    order = np.lexsort((position, -grade if highest_first else grade, -scores)).tolist()
+    return dict(zip([docids[i] for i in order], np.arange(n, 0, -1, dtype=np.float64).tolist(), strict=True))
 
 
 def bound_method(metric: str) -> str:

@@ -57,12 +57,17 @@ class RunView(Mapping[str, dict[str, float]]):
     memory at the columns' size instead of a dict per document.
     """
 
-    def __init__(self, columns: RunColumns) -> None:
+    def __init__(self, columns: RunColumns, *, float32: bool = False) -> None:
         self._columns = columns
         self._index = {qid: index for index, qid in enumerate(columns.qids)}
+        self._float32 = float32  # scores as trec_eval 9 / pytrec_eval hold them (C float)
 
     def __getitem__(self, qid: str) -> dict[str, float]:
-        return self._columns.ranking(self._index[qid])
+        docs = self._columns.ranking(self._index[qid])
+        if not self._float32:
+            return docs
+        rounded = np.fromiter(docs.values(), dtype=np.float64, count=len(docs)).astype(np.float32)
+        return dict(zip(docs, rounded.astype(np.float64).tolist(), strict=True))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._index)
