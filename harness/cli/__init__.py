@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "harness.cli.qa_cmd",
     "harness.cli.cache_cmd",
     "harness.cli.report_cmd",
+    "harness.cli.run_cmd",
 ]
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
-from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import PIPELINE_METRICS
 from harness.evaluation.significance import CORRECTIONS
@@ -188,38 +187,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> EvalOptions:
     """The ``EvalOptions`` that ``add_eval_arguments``'s options describe."""
-    return EvalOptions(
-        split=args.split,
-        top_k=args.top_k,
-        batch_size=args.batch_size,
-        device=args.device,
-        index=args.index,
-        results_dir=args.results_dir,
-        data_dir=args.data_dir,
-        cache_dir=args.cache_dir,
-        mirror=args.mirror,
-        drop_identical_ids=args.drop_identical_ids,
-        metrics=list(args.metrics),
-        ks=list(args.ks) if args.ks else None,
-        relevance_level=args.relevance_level,
-        complete=args.complete,
-        strict=args.strict,
-        qrels_duplicates=args.qrels_duplicates,
-        trust_remote_code=args.trust_remote_code,
-        shard_size=args.shard_size,
-        force=args.force,
-        progress=not args.no_progress,
-        workers=args.workers,
-        devices=parse_devices(args.devices),
-        executor=args.executor,
-        ray_address=args.ray_address,
-        # Only what was asked for, so runs without these flags keep their earlier result config.
-        encoder_options={
-            key: value
-            for key, value in (("runtime", args.runtime), ("precision", args.precision))
-            if value is not None
-        },
-    )
+    return EvalOptions.from_command_options(vars(args))
 
 
 def add_qrels_duplicates_argument(parser: argparse.ArgumentParser) -> None:

@@ -12,11 +12,11 @@ from harness.cli.common import (
     significance_settings,
 )
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, file_digest
+from harness.core.fileio import atomic_write_json, describe_inputs
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, evaluate
-from harness.evaluation.trec import read_run
+from harness.evaluation.trec import read_run, run_labels
 
 # One list object, so _cutoffs can tell the default apart from the same names typed by the user.
 _EVALUATE_DEFAULT = list(EVALUATE_FAMILIES)
@@ -111,10 +111,6 @@ def _cutoffs(args: argparse.Namespace) -> list[int] | None:
     return args.ks
 
 
-def _inputs(paths: dict[str, Path]) -> dict:
-    return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
-
-
 def run_evaluate(args: argparse.Namespace) -> int:
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
     run = read_run(args.run)
@@ -132,7 +128,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(_coverage_line(result))
     if args.output:
         payload = {
-            "inputs": _inputs({"qrels": args.qrels, "run": args.run}),
+            "inputs": describe_inputs({"qrels": args.qrels, "run": args.run}),
             **result.to_json(args.per_query),
         }
         atomic_write_json(args.output, payload)
@@ -163,18 +159,9 @@ def _coverage_line(result) -> str:
     return line
 
 
-def _run_labels(paths: list[Path]) -> list[str]:
-    """Short names for the table (file name without extensions), or full paths if those collide."""
-    names = [path.name.removesuffix(".gz") for path in paths]
-    names = [
-        Path(name).stem if Path(name).suffix in (".trec", ".run", ".txt", ".tsv") else name for name in names
-    ]
-    return names if len(set(names)) == len(names) else [str(path) for path in paths]
-
-
 def run_compare(args: argparse.Namespace) -> int:
     paths = [args.baseline, *args.others]
-    labels = _run_labels(paths)
+    labels = run_labels(paths)
     if len(set(labels)) != len(labels):
         raise HarnessError("the same run file is given twice")
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
@@ -194,7 +181,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "qrels": args.qrels,
             **{f"run:{label}": path for label, path in zip(labels, paths, strict=True)},
         }
-        atomic_write_json(args.output, {"inputs": _inputs(files), **result})
+        atomic_write_json(args.output, {"inputs": describe_inputs(files), **result})
         print(f"wrote {args.output}")
     return 0
 

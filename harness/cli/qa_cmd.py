@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from harness.cli.common import add_significance_arguments, significance_settings
-from harness.core.fileio import atomic_write_json, file_digest
+from harness.core.fileio import atomic_write_json
 from harness.evaluation.compare import QA_PAIRING_RULE
 from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
 from harness.qa.data import QAFile, read_predictions
 from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
+from harness.qa.report import evaluation_report, file_summary
 
 _EXAMPLE_LINE = (
     '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '
@@ -113,15 +113,6 @@ def _read(path: Path, args: argparse.Namespace) -> QAFile:
     return qa_file
 
 
-def _file_summary(qa_file: QAFile) -> dict[str, Any]:
-    return {
-        "path": str(qa_file.path),
-        "sha256": file_digest(qa_file.path, "sha256"),
-        "questions": len(qa_file.records),
-        **qa_file.warnings(),
-    }
-
-
 def _print_rows(rows: list[list[str]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -141,21 +132,9 @@ def run_eval(args: argparse.Namespace) -> int:
     qa_file = _read(args.predictions, args)
     scorer = QAScorer(keys, synonyms=not args.no_synonyms)
     result = scorer.evaluate(qa_file.records)
-    report: dict[str, Any] = {
-        "predictions": _file_summary(qa_file),
-        "keys": {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key},
-        "metrics": result.keys,
-        "settings": scorer.settings(),
-        "aggregate": result.aggregate,
-    }
-    if result.bleu_corpus:
-        report["bleu_corpus"] = result.bleu_corpus
-    if args.per_question:
-        report["per_question"] = [
-            {"id": record.qid, "line": record.line, **result.per_question[record.qid]}
-            for record in qa_file.records
-        ]
     if args.output:
+        keys = {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key}
+        report = evaluation_report(qa_file, scorer, result, keys, per_question=args.per_question)
         atomic_write_json(args.output, report)
 
     counts = qa_file.warnings()
@@ -196,7 +175,7 @@ def run_compare(args: argparse.Namespace) -> int:
             f"{result.gold_differs[0]!r}; each file is scored against its own gold",
             file=sys.stderr,
         )
-    files = {"a": _file_summary(file_a), "b": _file_summary(file_b)}
+    files = {"a": file_summary(file_a), "b": file_summary(file_b)}
     if args.output:
         atomic_write_json(args.output, comparison_report(result, settings, files, scorer.settings()))
 
