@@ -16,7 +16,7 @@ An experiment is YAML::
 ``${name}`` that is a whole value keeps the parameter's type (a list stays a list); inside a longer string it
 is replaced by its text. A parameter may use the ones above it and the built-in ``${data_dir}``,
 ``${cache_dir}``, ``${results_dir}`` (the harness's folders: env ``HARNESS_*_DIR`` or ``data/``, ``cache/``,
-``results/``) and ``${output}`` (the experiment's folder). Relative paths are relative to the working
+``results/``); steps may also use ``${output}`` (the experiment's folder). Relative paths are relative to the working
 folder, as on the command line.
 
 ``--set NAME=VALUE`` (VALUE read as YAML: ``10``, ``[bm25, minilm]``) replaces parameter NAME or the
