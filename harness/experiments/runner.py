@@ -31,7 +31,7 @@ SUMMARY_FILE = "steps.json"
 
 @dataclass
 class StepOutcome:
-    """One step of a run: ``ran``, ``reused`` or ``failed``, what it wrote and said, how long it took."""
+    """One step of a run: ``ran`` or ``reused``, what it wrote and said, how long it took."""
 
     step: Step
     status: str

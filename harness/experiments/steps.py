@@ -344,11 +344,11 @@ def _compare(options: CompareStep, directory: Path) -> StepResult:
         shaped = ultrarag.pvalue_results(result["comparisons"])
         outputs += _write_ultrarag(options.ultrarag_save_path, shaped, payload)
     summary = [
-        f"A = {result['baseline']} (baseline); {result['n_queries']} paired queries; {options.significance().describe()}"
+        f"baseline {result['baseline']}; {result['n_queries']} paired queries; {options.significance().describe()}"
     ]
     summary += [
-        f"{row['metric']} {row['system']}: A {row['mean_baseline']:.4f} B {row['mean_system']:.4f} "
-        f"diff {row['difference']:+.4f} p {row['p_value']:.4f}{' *' if row['significant'] else ''}"
+        f"{row['metric']} {row['system']} {row['mean_system']:.4f} vs {row['mean_baseline']:.4f}: "
+        f"diff {row['difference']:+.4f}, p {row['p_value']:.4f}{', significant' if row['significant'] else ''}"
         for row in result["comparisons"]
     ]
     return StepResult(outputs, summary)
