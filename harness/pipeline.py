@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from harness.core.protocols import EvalDataset
 from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
 from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
+from harness.encoding.pool import parse_devices
 from harness.encoding.runtime import check_encoder_options
 from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, EvaluationSettings
@@ -95,6 +97,52 @@ class EvalOptions:
         self.cache_dir = Path(self.cache_dir)
         self.retrieval_settings()  # bad values fail here, before any work
         self.encoding_settings()
+
+    @classmethod
+    def from_command_options(cls, values: Mapping[str, Any]) -> EvalOptions:
+        """The options of ``harness eval`` (argparse dests, e.g. ``top_k``, ``no_progress``) as ``EvalOptions``.
+
+        One translation for every caller (the command line, experiment steps); absent or ``None`` folders
+        mean the defaults (env ``HARNESS_*_DIR``).
+        """
+        get = values.get
+        folders = {
+            name: get(name) or default()
+            for name, default in (
+                ("results_dir", default_results_dir),
+                ("data_dir", default_data_dir),
+                ("cache_dir", default_cache_dir),
+            )
+        }
+        return cls(
+            split=get("split"),
+            top_k=get("top_k", 1000),
+            batch_size=get("batch_size", 128),
+            device=get("device"),
+            index=get("index", "Flat"),
+            **folders,
+            mirror=get("mirror"),
+            drop_identical_ids=get("drop_identical_ids"),
+            metrics=list(get("metrics") or PIPELINE_METRICS),
+            ks=list(get("ks")) if get("ks") else None,
+            relevance_level=get("relevance_level", 1),
+            complete=bool(get("complete", False)),
+            score_precision=get("score_precision") or DEFAULT_SCORE_PRECISION,
+            strict=bool(get("strict", False)),
+            qrels_duplicates=get("qrels_duplicates", DEFAULT_DUPLICATES),
+            trust_remote_code=bool(get("trust_remote_code", False)),
+            shard_size=get("shard_size"),
+            force=bool(get("force", False)),
+            progress=not get("no_progress", False),
+            workers=get("workers"),
+            devices=parse_devices(get("devices")),
+            executor=get("executor", "local"),
+            ray_address=get("ray_address"),
+            # Only what was asked for, so runs without these options keep their earlier result config.
+            encoder_options={
+                key: get(key) for key in ("runtime", "precision") if get(key) is not None
+            },
+        )
 
     def data_settings(self) -> DataSettings:
         return self._part(DataSettings)

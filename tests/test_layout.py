@@ -26,6 +26,7 @@ LAYERS = [
     "pipeline",
     "reproduce",  # runs the pipeline for a suite
     "report",  # shows results beside the published references
+    "experiments",  # runs steps of every stage below from an experiment file
     "cli",
 ]
 # Modules every command shares; any other cli module is a command and imports no other command.

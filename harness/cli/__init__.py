@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "harness.cli.cache_cmd",
     "harness.cli.report_cmd",
     "harness.cli.diff_cmd",
+    "harness.cli.run_cmd",
 ]
 
 

@@ -7,11 +7,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.core.errors import HarnessError, OutputError
+from harness.core.errors import OutputError
 from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
-from harness.encoding.pool import parse_devices
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, SCORE_PRECISIONS
 from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES
@@ -20,7 +19,7 @@ from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.pipeline import EvalOptions
 from harness.retrieval.fusion import DEFAULT_RRF_K, FUSION_METHODS, NORMALIZATIONS, FusionSettings
 from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH
-from harness.retrieval.systems import RerankRecord, SystemRecord, command_line_system
+from harness.retrieval.systems import SYSTEM_OPTIONS, SystemRecord, fusion_from_options, systems_from_options
 
 # The real range of every numeric option, checked when the command line is parsed. Cut-offs, depths
 # and grades end up in C ints (FAISS, trec_eval), so they stay within 32 bits.
@@ -255,39 +254,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> EvalOptions:
     """The ``EvalOptions`` that ``add_eval_arguments``'s options describe."""
-    return EvalOptions(
-        split=args.split,
-        top_k=args.top_k,
-        batch_size=args.batch_size,
-        device=args.device,
-        index=args.index,
-        results_dir=args.results_dir,
-        data_dir=args.data_dir,
-        cache_dir=args.cache_dir,
-        mirror=args.mirror,
-        drop_identical_ids=args.drop_identical_ids,
-        metrics=list(args.metrics),
-        ks=list(args.ks) if args.ks else None,
-        relevance_level=args.relevance_level,
-        complete=args.complete,
-        score_precision=args.score_precision,
-        strict=args.strict,
-        qrels_duplicates=args.qrels_duplicates,
-        trust_remote_code=args.trust_remote_code,
-        shard_size=args.shard_size,
-        force=args.force,
-        progress=not args.no_progress,
-        workers=args.workers,
-        devices=parse_devices(args.devices),
-        executor=args.executor,
-        ray_address=args.ray_address,
-        # Only what was asked for, so runs without these flags keep their earlier result config.
-        encoder_options={
-            key: value
-            for key, value in (("runtime", args.runtime), ("precision", args.precision))
-            if value is not None
-        },
-    )
+    return EvalOptions.from_command_options(vars(args))
 
 
 def add_score_precision_argument(parser: argparse.ArgumentParser) -> None:
@@ -344,12 +311,7 @@ def add_fusion_arguments(parser: argparse.ArgumentParser, *, method_option: str)
 
 def fusion_settings(args: argparse.Namespace) -> FusionSettings | None:
     """The fusion :func:`add_fusion_arguments` describes (None without a method)."""
-    if args.fuse is None:
-        if args.weights or args.norm or args.fuse_depth is not None:
-            raise HarnessError("--weights, --norm and --fuse-depth need a fusion method")
-        return None
-    weights = tuple(args.weights) if args.weights else None
-    return FusionSettings(args.fuse, args.rrf_k, args.norm, weights, args.fuse_depth)
+    return fusion_from_options(args.fuse, args.rrf_k, args.norm, args.weights, args.fuse_depth)
 
 
 def add_system_arguments(parser: argparse.ArgumentParser) -> None:
@@ -372,26 +334,5 @@ def add_system_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def systems_from_args(args: argparse.Namespace) -> list[str | SystemRecord]:
-    """``--model``s as given, or the system(s) ``--fuse``/``--rerank`` make of them.
-
-    With ``--fuse`` every ``--model`` is a member of one system; with only ``--rerank`` each model is
-    re-ranked on its own.
-    """
-    fusion = fusion_settings(args)
-    if args.rerank is None:
-        if args.rerank_max_length is not None or args.rerank_depth != DEFAULT_RERANK_DEPTH:
-            raise HarnessError("--rerank-depth and --rerank-max-length need --rerank MODEL")
-        if fusion is None:
-            return list(args.model)
-    if args.rerank_depth <= 0:
-        raise HarnessError(f"--rerank-depth must be at least 1, got {args.rerank_depth}")
-    if args.rerank_max_length is not None and args.rerank_max_length <= 0:
-        raise HarnessError(f"--rerank-max-length must be at least 1, got {args.rerank_max_length}")
-    rerank = (
-        RerankRecord(model=args.rerank, depth=args.rerank_depth, max_length=args.rerank_max_length)
-        if args.rerank
-        else None
-    )
-    if fusion is not None:
-        return [command_line_system(list(args.model), fusion, rerank)]
-    return [command_line_system([model], None, rerank) for model in args.model]
+    """``--model``s as given, or the system(s) ``--fuse``/``--rerank`` make of them."""
+    return systems_from_options(args.model, **{name: getattr(args, name) for name in SYSTEM_OPTIONS})

@@ -17,11 +17,11 @@ from harness.cli.common import (
     significance_settings,
 )
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, file_digest
+from harness.core.fileio import atomic_write_json, describe_inputs
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation, evaluate
-from harness.evaluation.trec import read_run, read_run_columns
+from harness.evaluation.trec import read_run, read_run_columns, run_labels
 
 # One list object, so _cutoffs can tell the default apart from the same names typed by the user.
 _EVALUATE_DEFAULT = list(EVALUATE_FAMILIES)
@@ -72,12 +72,6 @@ def _add_common(parser: argparse.ArgumentParser, metrics: list[str]) -> None:
     )
     add_score_precision_argument(parser)
     parser.add_argument(
-        "--no-diagnostics",
-        action="store_true",
-        help="skip judged@k and the tie bounds (the bounds re-score every query whose tie order matters "
-        "twice: about 3x the time on a large run full of ties)",
-    )
-    parser.add_argument(
         "--output", "-o", type=output_file, metavar="FILE.json", help="also write the results as JSON"
     )
 
@@ -92,6 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate_parser.add_argument("run", type=Path, metavar="RUN")
     _add_common(evaluate_parser, _EVALUATE_DEFAULT)
     add_qrels_duplicates_argument(evaluate_parser)
+    evaluate_parser.add_argument(
+        "--no-diagnostics",
+        action="store_true",
+        help="skip judged@k and the tie bounds (the bounds re-score every query whose tie order matters "
+        "twice: about 3x the time on a large run full of ties)",
+    )
     evaluate_parser.add_argument(
         "--per-query",
         action="store_true",
@@ -125,10 +125,6 @@ def _cutoffs(args: argparse.Namespace) -> list[int] | None:
     return args.ks
 
 
-def _inputs(paths: dict[str, Path]) -> dict:
-    return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
-
-
 def run_evaluate(args: argparse.Namespace) -> int:
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
     result = evaluate(
@@ -153,7 +149,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"warning: {result.judged['warning']}", file=sys.stderr)
     if args.output:
         payload = {
-            "inputs": _inputs({"qrels": args.qrels, "run": args.run}),
+            "inputs": describe_inputs({"qrels": args.qrels, "run": args.run}),
             **result.to_json(args.per_query),
         }
         atomic_write_json(args.output, payload, parents=False)
@@ -205,18 +201,9 @@ def _coverage_line(result) -> str:
     return line
 
 
-def _run_labels(paths: list[Path]) -> list[str]:
-    """Short names for the table (file name without extensions), or full paths if those collide."""
-    names = [path.name.removesuffix(".gz") for path in paths]
-    names = [
-        Path(name).stem if Path(name).suffix in (".trec", ".run", ".txt", ".tsv") else name for name in names
-    ]
-    return names if len(set(names)) == len(names) else [str(path) for path in paths]
-
-
 def run_compare(args: argparse.Namespace) -> int:
     paths = [args.baseline, *args.others]
-    labels = _run_labels(paths)
+    labels = run_labels(paths)
     if len(set(labels)) != len(labels):
         raise HarnessError("the same run file is given twice")
     qrels = read_qrels(args.qrels, duplicates=args.qrels_duplicates).qrels
@@ -237,7 +224,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "qrels": args.qrels,
             **{f"run:{label}": path for label, path in zip(labels, paths, strict=True)},
         }
-        atomic_write_json(args.output, {"inputs": _inputs(files), **result}, parents=False)
+        atomic_write_json(args.output, {"inputs": describe_inputs(files), **result}, parents=False)
         print(f"wrote {args.output}")
     return 0
 

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import add_significance_arguments, output_file, significance_settings
-from harness.core.fileio import atomic_write_json, file_digest
+from harness.core.fileio import atomic_write_json
 from harness.evaluation.compare import QA_PAIRING_RULE
-from harness.qa.compare import DEFAULT_COMPARE_METRICS, MAX_LISTED_IDS, compare_answers, comparison_report
+from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
 from harness.qa.data import QAFile, read_predictions
 from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
 from harness.qa.profiles import DEFAULT_PROFILE, PROFILE_NAMES
+from harness.qa.report import empty_gold_warning, evaluation_report, file_summary
 
 _EXAMPLE_LINE = (
     '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '
@@ -122,25 +123,10 @@ def _read(path: Path, args: argparse.Namespace) -> QAFile:
     return qa_file
 
 
-def _empty_golds(qa_file: QAFile, scorer: QAScorer) -> dict[str, Any]:
-    """Warn about golds that normalise to nothing (they match no prediction); their count for the report."""
-    ids = scorer.empty_gold_ids(qa_file.records)
-    if ids:
-        print(
-            f"warning: {qa_file.path}: {len(ids)} question(s) have a gold answer that normalises to nothing "
-            f"under profile {scorer.profile.name}, e.g. id {ids[0]!r}; such a gold matches no prediction",
-            file=sys.stderr,
-        )
-    return {"empty_golds": len(ids), "empty_gold_examples": ids[:MAX_LISTED_IDS]}
-
-
-def _file_summary(qa_file: QAFile) -> dict[str, Any]:
-    return {
-        "path": str(qa_file.path),
-        "sha256": file_digest(qa_file.path, "sha256"),
-        "questions": len(qa_file.records),
-        **qa_file.warnings(),
-    }
+def _warn_empty_golds(summary: dict[str, Any], scorer: QAScorer) -> None:
+    warning = empty_gold_warning(summary, scorer.profile.name)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _print_rows(rows: list[list[str]]) -> None:
@@ -166,21 +152,9 @@ def run_eval(args: argparse.Namespace) -> int:
     qa_file = _read(args.predictions, args)
     scorer = QAScorer(keys, synonyms=not args.no_synonyms, profile=args.profile)
     result = scorer.evaluate(qa_file.records)
-    report: dict[str, Any] = {
-        "profile": scorer.profile.name,
-        "predictions": {**_file_summary(qa_file), **_empty_golds(qa_file, scorer)},
-        "keys": {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key},
-        "metrics": result.keys,
-        "settings": scorer.settings(),
-        "aggregate": result.aggregate,
-    }
-    if result.bleu_corpus:
-        report["bleu_corpus"] = result.bleu_corpus
-    if args.per_question:
-        report["per_question"] = [
-            {"id": record.qid, "line": record.line, **result.per_question[record.qid]}
-            for record in qa_file.records
-        ]
+    keys = {"id": args.id_key, "gold": args.gold_key, "prediction": args.pred_key}
+    report = evaluation_report(qa_file, scorer, result, keys, per_question=args.per_question)
+    _warn_empty_golds(report["predictions"], scorer)
     if args.output:
         atomic_write_json(args.output, report, parents=False)
 
@@ -222,10 +196,9 @@ def run_compare(args: argparse.Namespace) -> int:
             f"{result.gold_differs[0]!r}; each file is scored against its own gold",
             file=sys.stderr,
         )
-    files = {
-        "a": {**_file_summary(file_a), **_empty_golds(file_a, scorer)},
-        "b": {**_file_summary(file_b), **_empty_golds(file_b, scorer)},
-    }
+    files = {"a": file_summary(file_a, scorer), "b": file_summary(file_b, scorer)}
+    for summary in files.values():
+        _warn_empty_golds(summary, scorer)
     if args.output:
         report = comparison_report(result, settings, files, scorer.settings())
         atomic_write_json(args.output, report, parents=False)

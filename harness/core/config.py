@@ -103,7 +103,9 @@ def validate(schema: type[RecordT], data: Any, path: str | Path, where: str = ""
 
 
 def _first_problem(error: ValidationError, where: str) -> str:
-    problem = error.errors()[0]
+    # A misspelt key is both unknown and missing under its right name: naming the misspelling helps more.
+    problems = error.errors()
+    problem = next((p for p in problems if p["type"] == "extra_forbidden"), problems[0])
     location = ".".join(str(part) for part in problem["loc"])
     prefix = f"{where}: " if where else ""
     if problem["type"] == "extra_forbidden":

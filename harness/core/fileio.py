@@ -200,6 +200,11 @@ def file_digest(path: str | Path, algorithm: str = "sha256", chunk_size: int = 1
     return digest.hexdigest()
 
 
+def describe_inputs(paths: dict[str, str | Path]) -> dict[str, dict[str, str]]:
+    """``role -> {path, sha256}`` of the input files an output was computed from (recorded beside it)."""
+    return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
+
+
 def read_json_object(path: str | Path, *, fix: str | None = None) -> dict[str, Any]:
     """A JSON file holding one object; a missing, unreadable or malformed file is one ``InputError``."""
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -348,3 +348,12 @@ def write_run(path: str | os.PathLike, run: Run, tag: str, top_k: int | None = N
                     raise HarnessError(f"cannot write run: NaN score for query {qid!r}, document {docid!r}")
                 lines.append(f"{qid} Q0 {docid} {rank} {value!r} {tag}\n")
             handle.write("".join(lines))
+
+
+def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Short names for runs (file name without extensions), or the full paths when those collide."""
+    names = [Path(path).name.removesuffix(".gz") for path in paths]
+    names = [
+        Path(name).stem if Path(name).suffix in (".trec", ".run", ".txt", ".tsv") else name for name in names
+    ]
+    return names if len(set(names)) == len(names) else [str(path) for path in paths]

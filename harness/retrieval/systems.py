@@ -188,3 +188,65 @@ def _fusion_tag(fusion: FusionSettings, members: int) -> str:
     if fusion.depth is not None:
         tag += f"-d{fusion.depth}"
     return tag
+
+# ``harness eval``'s options that make systems of its models (argparse dests), read by systems_from_options.
+SYSTEM_OPTIONS = (
+    "fuse",
+    "rrf_k",
+    "norm",
+    "weights",
+    "fuse_depth",
+    "rerank",
+    "rerank_depth",
+    "rerank_max_length",
+)
+
+
+def fusion_from_options(
+    fuse: str | None,
+    rrf_k: int = DEFAULT_RRF_K,
+    norm: str | None = None,
+    weights: list[float] | None = None,
+    fuse_depth: int | None = None,
+) -> FusionSettings | None:
+    """The fusion the ``--fuse``/``--method`` options describe (None without a method)."""
+    if fuse is None:
+        if weights or norm or fuse_depth is not None:
+            raise HarnessError("--weights, --norm and --fuse-depth need a fusion method")
+        return None
+    return FusionSettings(fuse, rrf_k, norm, tuple(weights) if weights else None, fuse_depth)
+
+
+def systems_from_options(
+    models: list[str],
+    *,
+    fuse: str | None = None,
+    rrf_k: int = DEFAULT_RRF_K,
+    norm: str | None = None,
+    weights: list[float] | None = None,
+    fuse_depth: int | None = None,
+    rerank: str | None = None,
+    rerank_depth: int = DEFAULT_RERANK_DEPTH,
+    rerank_max_length: int | None = None,
+) -> list[str | SystemRecord]:
+    """The models as given, or the system(s) ``fuse``/``rerank`` make of them (``harness eval``'s options).
+
+    With ``fuse`` every model is a member of one system; with only ``rerank`` each model is re-ranked on
+    its own.
+    """
+    fusion = fusion_from_options(fuse, rrf_k, norm, weights, fuse_depth)
+    if rerank is None:
+        if rerank_max_length is not None or rerank_depth != DEFAULT_RERANK_DEPTH:
+            raise HarnessError("--rerank-depth and --rerank-max-length need --rerank MODEL")
+        if fusion is None:
+            return list(models)
+    if rerank_depth <= 0:
+        raise HarnessError(f"--rerank-depth must be at least 1, got {rerank_depth}")
+    if rerank_max_length is not None and rerank_max_length <= 0:
+        raise HarnessError(f"--rerank-max-length must be at least 1, got {rerank_max_length}")
+    reranker = (
+        RerankRecord(model=rerank, depth=rerank_depth, max_length=rerank_max_length) if rerank else None
+    )
+    if fusion is not None:
+        return [command_line_system(list(models), fusion, reranker)]
+    return [command_line_system([model], None, reranker) for model in models]

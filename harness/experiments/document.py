@@ -1,0 +1,232 @@
+"""An experiment file: its schema, shared parameters, ``--set`` overrides, and its resolved steps.
+
+An experiment is YAML::
+
+    name: scifact-dense-vs-bm25          # default: the file's stem
+    output: experiments/scifact          # default: experiments/<name> (relative to the working folder)
+    params:                              # shared values; a step refers to one as ${name}
+      mirror: ../shared/data/beir
+    steps:
+      - kind: eval                       # one of STEP_KINDS
+        id: eval                         # default: the kind (kind-2, kind-3 when it repeats)
+        dataset: scifact
+        model: [bm25, minilm]
+        mirror: ${mirror}
+
+``${name}`` that is a whole value keeps the parameter's type (a list stays a list); inside a longer string it
+is replaced by its text. A parameter may use the ones above it and the built-in ``${data_dir}``,
+``${cache_dir}``, ``${results_dir}`` (the harness's folders: env ``HARNESS_*_DIR`` or ``data/``, ``cache/``,
+``results/``); steps may also use ``${output}`` (the experiment's folder). Relative paths are relative to the working
+folder, as on the command line.
+
+``--set NAME=VALUE`` (VALUE read as YAML: ``10``, ``[bm25, minilm]``) replaces parameter NAME or the
+top-level ``name``/``output``; ``--set STEP.OPTION=VALUE`` sets one option of the step with that id. An
+UltraRAG parameter file takes dotted paths into the file (``--set evaluation.save_path=out.json``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import field_validator
+
+from harness.core.config import Record, read_mapping, validate
+from harness.core.errors import HarnessError, InputError
+from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
+from harness.experiments import ultrarag
+from harness.experiments.steps import STEP_KINDS, StepKind, StepOptions
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+DEFAULT_OUTPUT_ROOT = "experiments"
+TOP_LEVEL_SETTABLE = ("name", "output")
+
+
+class ExperimentRecord(Record):
+    """The top of an experiment file; each step is checked against its kind's schema afterwards."""
+
+    name: str | None = None
+    description: str | None = None
+    output: str | None = None
+    params: dict[str, Any] = {}
+    steps: list[dict[str, Any]]
+
+    @field_validator("steps")
+    @classmethod
+    def _not_empty(cls, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not steps:
+            raise ValueError("an experiment needs at least one step")
+        return steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One resolved step: its id, kind, checked options and output folder."""
+
+    id: str
+    kind: StepKind
+    options: StepOptions
+    directory: Path
+
+    def resolved(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind.name, **self.options.model_dump(mode="json")}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment with every parameter substituted and every step checked."""
+
+    name: str
+    source: Path
+    output: Path
+    params: dict[str, Any]
+    steps: list[Step]
+    overrides: list[str]
+    origin: str  # "experiment" or "ultrarag"
+
+    def resolved(self) -> dict[str, Any]:
+        """What is written to ``<output>/experiment.yaml``: the experiment as it ran."""
+        return {
+            "name": self.name,
+            "source": str(self.source),
+            "origin": self.origin,
+            "overrides": list(self.overrides),
+            "output": str(self.output),
+            "params": self.params,
+            "steps": [step.resolved() for step in self.steps],
+        }
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """``["k=v", ...]`` as ``[(k, YAML value of v), ...]``."""
+    parsed = []
+    for pair in pairs:
+        key, equals, text = pair.partition("=")
+        if not equals or not key.strip():
+            raise HarnessError(f"--set {pair!r}: expected KEY=VALUE")
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        parsed.append((key.strip(), value))
+    return parsed
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """Read, override, substitute and validate an experiment file (or an UltraRAG parameter file)."""
+    path = Path(path)
+    overrides = list(overrides or [])
+    document = read_mapping(path)
+    pairs = parse_overrides(overrides)
+    if ultrarag.is_ultrarag(document):
+        top = [(key, value) for key, value in pairs if key in TOP_LEVEL_SETTABLE]
+        for key, value in pairs:
+            if key not in TOP_LEVEL_SETTABLE:
+                _set_path(document, key, value, path)
+        document = {"name": path.stem, "steps": ultrarag.steps_from_parameters(path, document)}
+        origin = "ultrarag"
+        pairs = top
+    else:
+        origin = "experiment"
+    record = validate(ExperimentRecord, document, path)
+    raw_steps = _with_ids(record.steps, path)
+    params = dict(record.params)
+    top_level = {"name": record.name or path.stem, "output": record.output}
+    for key, value in pairs:
+        _override(key, value, params, top_level, raw_steps, path)
+
+    known = {
+        "data_dir": str(default_data_dir()),
+        "cache_dir": str(default_cache_dir()),
+        "results_dir": str(default_results_dir()),
+    }
+    for name, value in params.items():
+        known[name] = substitute(value, known, path, f"params.{name}")
+    output_text = substitute(
+        top_level["output"] or f"{DEFAULT_OUTPUT_ROOT}/{top_level['name']}", known, path, "output"
+    )
+    known["output"] = str(output_text)
+    output = Path(known["output"])
+    steps = [_step(raw, known, output, path) for raw in raw_steps]
+    resolved_params = {name: known[name] for name in params}
+    return Experiment(str(top_level["name"]), path, output, resolved_params, steps, overrides, origin)
+
+
+def _set_path(document: dict[str, Any], dotted: str, value: Any, path: Path) -> None:
+    """``evaluation.save_path`` -> ``document["evaluation"]["save_path"] = value`` (sections must exist)."""
+    *parents, last = dotted.split(".")
+    node: Any = document
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise HarnessError(f"--set {dotted}: {path} has no section {part!r}")
+    node[last] = value
+
+
+def _with_ids(steps: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """Each step as a dict with a unique ``id`` and a known ``kind``."""
+    seen: dict[str, int] = {}
+    named = []
+    for number, raw in enumerate(steps, start=1):
+        kind = raw.get("kind")
+        if kind not in STEP_KINDS:
+            problem = "missing key 'kind'" if kind is None else f"unknown kind {kind!r}"
+            raise InputError(
+                path, None, f"steps[{number}]: {problem}", f"choose one of {', '.join(STEP_KINDS)}"
+            )
+        seen[kind] = seen.get(kind, 0) + 1
+        step_id = str(raw.get("id") or (kind if seen[kind] == 1 else f"{kind}-{seen[kind]}"))
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", step_id) or any(s["id"] == step_id for s in named):
+            raise InputError(path, None, f"steps[{number}]: id {step_id!r} is repeated or not a plain name")
+        named.append({**raw, "id": step_id})
+    return named
+
+
+def _override(
+    key: str, value: Any, params: dict[str, Any], top: dict[str, Any], steps: list[dict[str, Any]], path: Path
+) -> None:
+    if key in params:
+        params[key] = value
+    elif key in TOP_LEVEL_SETTABLE:
+        top[key] = value
+    elif "." in key and (step := next((s for s in steps if s["id"] == key.split(".")[0]), None)):
+        step[key.split(".", 1)[1].replace("-", "_")] = value
+    else:
+        ids = ", ".join(step["id"] for step in steps)
+        raise HarnessError(
+            f"--set {key}: {path} has no parameter {key!r} (parameters: {', '.join(params) or 'none'}; "
+            f"steps: {ids}; or name, output)"
+        )
+
+
+def substitute(value: Any, known: dict[str, Any], path: Path, where: str) -> Any:
+    """``value`` with every ``${name}`` replaced (recursively through lists and mappings)."""
+    if isinstance(value, list):
+        return [substitute(item, known, path, where) for item in value]
+    if isinstance(value, dict):
+        return {key: substitute(item, known, path, f"{where}.{key}") for key, item in value.items()}
+    if not isinstance(value, str):
+        return value
+    whole = _REFERENCE.fullmatch(value)
+    if whole:
+        return _lookup(whole.group(1), known, path, where)
+    return _REFERENCE.sub(lambda match: str(_lookup(match.group(1), known, path, where)), value)
+
+
+def _lookup(name: str, known: dict[str, Any], path: Path, where: str) -> Any:
+    if name not in known:
+        raise InputError(
+            path, None, f"{where}: unknown parameter ${{{name}}}", f"known: {', '.join(sorted(known))}"
+        )
+    return known[name]
+
+
+def _step(raw: dict[str, Any], known: dict[str, Any], output: Path, path: Path) -> Step:
+    kind = STEP_KINDS[raw["kind"]]
+    where = f"step {raw['id']!r} ({kind.name})"
+    values = {key: value for key, value in raw.items() if key not in ("id", "kind")}
+    options = validate(kind.options, substitute(values, known, path, where), path, where)
+    return Step(raw["id"], kind, options, output / raw["id"])
