@@ -29,6 +29,7 @@ REQUIRED_ARGS = {
     "evaluate": ["q", "r"],
     "compare": ["q", "a", "b"],
     "qa-eval": ["p.jsonl"],
+    "rag-eval": ["d.jsonl"],
     "table": [],
     "report": [],
     "reproduce": ["suite"],
@@ -124,12 +125,13 @@ def test_step_options_are_their_commands_options_with_the_same_defaults(kind: st
 
 
 @pytest.mark.parametrize(
-    "example", ["ultrarag-eval-trec", "ultrarag-eval-trec-pvalue", "ultrarag-evaluate", "answers"]
+    "example", ["ultrarag-eval-trec", "ultrarag-eval-trec-pvalue", "ultrarag-evaluate", "answers", "rag"]
 )
 def test_each_example_runs_and_a_second_run_reuses_every_step(
     example: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.chdir(REPO_ROOT)  # the examples' paths are relative to the checkout, as from a fresh clone
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))  # rag's embeddings: not the checkout's
     source = EXAMPLES / f"{example}.yaml"
     overrides = ["--set", f"output={tmp_path / 'out'}"]
     if example.startswith("ultrarag"):

@@ -23,7 +23,7 @@ from pydantic import field_validator, model_validator
 from harness.core.config import Record
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write, atomic_write_json, describe_inputs
-from harness.core.paths import default_results_dir
+from harness.core.paths import default_cache_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, read_qrels
 from harness.evaluation.compare import COMPARE_METRICS, SignificanceSettings, compare_runs
 from harness.evaluation.metrics import (
@@ -42,6 +42,8 @@ from harness.pipeline import EvalOptions, check_inputs, run_eval, run_pairs
 from harness.qa.data import read_predictions
 from harness.qa.metrics import QAScorer, resolve_metrics
 from harness.qa.profiles import DEFAULT_PROFILE
+from harness.qa.rag import RAGKeys
+from harness.qa.rag_run import RAGRunSettings, evaluate_rag_file
 from harness.qa.report import evaluation_report
 from harness.report.charts import write_charts
 from harness.report.formats import FORMATS, render
@@ -278,6 +280,63 @@ class ReportStep(SignificanceOptions):
     title: str = "Retrieval benchmark report"
 
 
+
+_RAG_DEFAULTS = RAGRunSettings()
+_RAG_KEYS = RAGKeys()
+
+
+class RAGEvalStep(StepOptions):
+    """``harness rag-eval DATA.jsonl``: context and answer metrics of a RAG pipeline's rows."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"qrels_duplicates": DUPLICATE_POLICIES}
+    data: str
+    per_question: bool = False
+    id_key: str = _RAG_KEYS.id
+    question_key: str = _RAG_KEYS.question
+    answer_key: str = _RAG_KEYS.answer
+    contexts_key: str = _RAG_KEYS.contexts
+    ground_truth_key: str = _RAG_KEYS.ground_truth
+    context_ids_key: str = _RAG_KEYS.context_ids
+    reference_ids_key: str = _RAG_KEYS.reference_ids
+    qrels: str | None = None
+    relevance_level: int = _RAG_DEFAULTS.relevance_level
+    qrels_duplicates: str = _RAG_DEFAULTS.qrels_duplicates
+    metrics: list[str] | None = None
+    embedding_model: str = _RAG_DEFAULTS.embedding_model
+    cache_dir: str | None = None
+    judge: bool = False
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: str | None = None
+    judge_repeats: int = _RAG_DEFAULTS.judge_repeats
+    judge_timeout: float = _RAG_DEFAULTS.judge_timeout
+    judge_retries: int = _RAG_DEFAULTS.judge_retries
+    judge_backoff: float = _RAG_DEFAULTS.judge_backoff
+    judge_rps: float | None = None
+    judge_temperature: float | None = None
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    def settings(self) -> RAGRunSettings:
+        """The stage's settings, as ``harness rag-eval`` builds them from its options."""
+        options = self.model_dump()
+        keys = RAGKeys(**{name: options[f"{name}_key"] for name in _RAG_KEYS.to_json()})
+        chosen = {
+            name: options[name]
+            for name in ("relevance_level", "qrels_duplicates", "metrics", "embedding_model", "judge")
+        }
+        judge = {name: value for name, value in options.items() if name.startswith("judge_")}
+        return RAGRunSettings(
+            keys=keys,
+            qrels=Path(self.qrels) if self.qrels else None,
+            cache_dir=Path(self.cache_dir) if self.cache_dir else default_cache_dir(),
+            **chosen,
+            **judge,
+        )
+
 @dataclass
 class StepResult:
     """What a step did: the files it wrote, lines for the console, whether it reused everything."""
@@ -408,6 +467,20 @@ def _qa_eval(options: QAEvalStep, directory: Path) -> StepResult:
     return StepResult(outputs, summary)
 
 
+def _rag_eval(options: RAGEvalStep, directory: Path) -> StepResult:
+    report = evaluate_rag_file(options.data, options.settings(), per_question=options.per_question)
+    output = directory / "rag.json"
+    atomic_write_json(output, report.to_json())
+    rows = report.table_rows()
+    summary = [
+        *(str(notice) for notice in report.notices),
+        report.summary_line(),
+        *("  ".join(row) for row in rows),
+        *report.provenance_lines(),
+    ]
+    return StepResult([output], summary)
+
+
 def _write_ultrarag(save_path: str, shaped: dict[str, Any], fuller: dict[str, Any]) -> list[Path]:
     """UltraRAG's JSON at ``save_path`` (its indent of 4) and the harness's report beside it."""
     path = Path(save_path)
@@ -511,6 +584,12 @@ STEP_KINDS: dict[str, StepKind] = {
             lambda o: {"qrels": o.qrels, **{f"run{i}": p for i, p in enumerate([o.baseline, *o.others])}},
         ),
         StepKind("qa-eval", QAEvalStep, _qa_eval, lambda o: {"predictions": o.predictions}),
+        StepKind(
+            "rag-eval",
+            RAGEvalStep,
+            _rag_eval,
+            lambda o: {"data": o.data, **({"qrels": o.qrels} if o.qrels else {})},
+        ),
         StepKind("table", TableStep, _table, _results_files),
         StepKind("report", ReportStep, _report, _results_files),
         StepKind("reproduce", ReproduceStep, _reproduce),
