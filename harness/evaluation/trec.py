@@ -66,7 +66,8 @@ class RunView(Mapping[str, dict[str, float]]):
         docs = self._columns.ranking(self._index[qid])
         if not self._float32:
             return docs
-        rounded = np.fromiter(docs.values(), dtype=np.float64, count=len(docs)).astype(np.float32)
+        with np.errstate(over="ignore"):  # 1e308 becomes +inf in C float, as in trec_eval 9
+            rounded = np.fromiter(docs.values(), dtype=np.float64, count=len(docs)).astype(np.float32)
         return dict(zip(docs, rounded.astype(np.float64).tolist(), strict=True))
 
     def __iter__(self) -> Iterator[str]:
