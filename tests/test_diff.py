@@ -81,7 +81,7 @@ ONE_CHANGE = {
     "top-k": ("provenance.json", _config("retrieval", "top_k", value=100)),
     "averaging (-c: judged queries without results count as 0)": ("metrics.json", _complete),
     "relevance level": ("metrics.json", _relevance),
-    "score precision": ("provenance.json", _runtime),
+    "runtime and score precision": ("provenance.json", _runtime),
     "library versions that change scores": ("provenance.json", _torch),
 }
 

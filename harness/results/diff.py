@@ -112,7 +112,7 @@ RESULT_SETTINGS: tuple[tuple[str, Callable[[StoredResult], Any]], ...] = (
     ("averaging (-c: judged queries without results count as 0)", _evaluation_setting("complete")),
     ("relevance level", _evaluation_setting("relevance_level")),
     ("recall definition", lambda result: "plain (trec_eval recall.k)"),
-    ("score precision", _score_precision),
+    ("runtime and score precision", _score_precision),
     ("library versions that change scores", _library_versions),
 )
 
