@@ -214,18 +214,7 @@ def run_compare(args: argparse.Namespace) -> int:
     header = ["metric", "A", "B", "B-A", ci, "p", adjusted, ""]
     rows = [header]
     for key, row in result.comparisons.items():
-        rows.append(
-            [
-                key,
-                f"{row.mean_baseline:.4f}",
-                f"{row.mean_system:.4f}",
-                f"{row.difference:+.4f}",
-                f"[{row.ci_low:+.4f}, {row.ci_high:+.4f}]",
-                f"{row.p_value:.4g}",
-                f"{row.p_value_adjusted:.4g}",
-                "*" if row.significant else "",
-            ]
-        )
+        rows.append([key, *row.table_cells()])
     _print_rows(rows)
     _print_settings_notes(scorer)
     if args.output:

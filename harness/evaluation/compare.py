@@ -123,6 +123,18 @@ class Comparison:
         """Every field but ``missing`` (the outputs list missing queries per run, once)."""
         return {key: value for key, value in asdict(self).items() if key != "missing"}
 
+    def table_cells(self) -> list[str]:
+        """A, B, B-A, its interval, p, adjusted p and a ``*`` when significant: one printed table row."""
+        return [
+            f"{self.mean_baseline:.4f}",
+            f"{self.mean_system:.4f}",
+            f"{self.difference:+.4f}",
+            f"[{self.ci_low:+.4f}, {self.ci_high:+.4f}]",
+            f"{self.p_value:.4g}",
+            f"{self.p_value_adjusted:.4g}",
+            "*" if self.significant else "",
+        ]
+
 
 def pair_values(
     baseline: Mapping[str, float],

@@ -84,14 +84,17 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str | int) else value
 
 
+_SIGNIFICANCE = SignificanceSettings()  # the commands' defaults: one home
+
+
 class SignificanceOptions(StepOptions):
     """``--test --n-resamples --seed --alpha --correction``."""
 
-    test: str = "permutation"
-    n_resamples: int = 10_000
-    seed: int = 42
-    alpha: float = 0.05
-    correction: str = "holm"
+    test: str = _SIGNIFICANCE.test
+    n_resamples: int = _SIGNIFICANCE.n_resamples
+    seed: int = _SIGNIFICANCE.seed
+    alpha: float = _SIGNIFICANCE.alpha
+    correction: str = _SIGNIFICANCE.correction
 
     def significance(self) -> SignificanceSettings:
         return SignificanceSettings(

@@ -351,19 +351,7 @@ class RAGComparisonReport:
         header = ["metric", "n", "A", "B", "B-A", f"{settings.confidence:.0%} CI", "p"]
         rows = [[*header, f"p ({settings.correction})", ""]]
         for metric, row in self.comparisons.items():
-            rows.append(
-                [
-                    metric,
-                    str(row.n_queries),
-                    f"{row.mean_baseline:.4f}",
-                    f"{row.mean_system:.4f}",
-                    f"{row.difference:+.4f}",
-                    f"[{row.ci_low:+.4f}, {row.ci_high:+.4f}]",
-                    f"{row.p_value:.4g}",
-                    f"{row.p_value_adjusted:.4g}",
-                    "*" if row.significant else "",
-                ]
-            )
+            rows.append([metric, str(row.n_queries), *row.table_cells()])
         return rows
 
     def provenance_lines(self) -> list[str]:
