@@ -477,3 +477,17 @@ def test_faiss_index_on_a_full_disk_is_one_output_error(small_disk) -> None:
     filler.unlink()
     index = build_or_load_index(parse_index_spec("HNSW16"), source)
     assert build_or_load_index(parse_index_spec("HNSW16"), source).ntotal == index.ntotal == 2000
+
+
+def test_a_reader_that_stops_reading_is_not_an_error(inputs) -> None:
+    """`harness evaluate ... | head -1`: the closed pipe ends the output quietly, exit 0, no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line is written
+    command = [sys.executable, "-m", "harness", "evaluate", str(inputs["qrels"]), str(inputs["run_a"])]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    try:
+        done = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "error" not in done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import NoReturn
 
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as error:
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # the reader of stdout (`| head`) has gone: not an error of ours
+        # Python would complain again flushing stdout at exit; point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as error:  # e.g. a full disk under a library's own writer: still one line, no traceback
         print(f"error: {os_error_line(error)}", file=sys.stderr)
         return 2
