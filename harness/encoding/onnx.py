@@ -11,9 +11,12 @@ and loader, the opset, and the torch/transformers versions that produced the gra
     <cache>/onnx/<model-slug>__<key16>/
         model.onnx         the graph (renamed into place only when complete)
         export.json        key inputs, input names, seconds (written last: "finished")
-        model-int8.onnx    ``--precision int8``: the graph with weights quantized (``ensure_quantized``)
-        int8.json          how it was quantized, by which onnxruntime (written last)
-        exact-check.json   the ``exact`` runtime's check for this model (see ``exact_check``)
+        model-int8-<key>.onnx   ``--precision int8``: weights quantized one way (``ensure_quantized``)
+        int8-<key>.json         how it was quantized, by which onnxruntime (written last)
+        model-fused-<key>.onnx  fp32 with onnxruntime's transformer fusions (``ensure_fused``)
+        fused-<key>.json        the fusion settings and what got fused
+        exact-check.json        the ``exact`` runtime's check for this model (see ``run_exact_check``)
+        check-<setting>.json    an approximate setting's check against torch fp32 (``run_approximate_check``)
 
 The ``exact`` check runs once per model: the torch fp32 and ONNX vectors of a fixed sample of texts
 are compared and timed, and ``exact`` then means the fastest runtime whose vectors equal torch fp32
@@ -38,6 +41,7 @@ import numpy as np
 from harness.core.cache import EXPORT_RECORD, CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, read_json_or_none
+from harness.encoding.cpu import int8_cpu_class
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,13 @@ OPSET = 17
 # Largest relative L2 error ||v_onnx - v_torch|| / ||v_torch|| over the sample for ``exact``. ONNX
 # Runtime fp32 is ~1e-6 on MiniLM; bf16 is ~1e-2, so the two are far apart.
 EXACT_TOLERANCE = 1e-5
-EXACT_CHECK_FORMAT = 1
+EXACT_CHECK_FORMAT = 2
+APPROXIMATE_CHECK_FORMAT = 1
+# An approximate setting (int8, bf16, fp16) passes its check when no sample vector moves further than
+# this from torch fp32 (relative L2; for unit vectors 0.12 is a cosine of 0.9928). On scifact with
+# MiniLM, int8 settings whose vectors moved <= 0.124 on the sample kept nDCG@10 within 0.001 of fp32,
+# while the 16-bit-saturated kernels that cost 0.00223 moved them further (see the README's table).
+APPROXIMATE_TOLERANCE = 0.13
 # Another runtime replaces the reference only when this much faster on the sample: on a near-tie the
 # reference's own vectors win, and timing noise on a busy machine does not flip the choice.
 EXACT_MIN_SPEEDUP = 1.1
@@ -239,24 +249,55 @@ def _export(st_model, folder: Path, graph: Path) -> dict[str, Any]:
 # int8
 # --------------------------------------------------------------------------------------------
 
-# onnxruntime's dynamic quantization: int8 weights with one scale per output channel, activations
-# quantized per batch at run time, only MatMuls with a constant weight (the attention products of
-# two activations stay fp32). Per-tensor weight scales move MiniLM's vectors by 45% (relative L2);
-# per-channel by 13%, which on scifact leaves nDCG@10 within 0.001 of fp32 (see the README).
-INT8_SETTINGS: dict[str, Any] = {
+# onnxruntime's dynamic quantization: int8 weights, activations quantized per batch at run time, only
+# MatMuls with a constant weight (the attention products of two activations stay fp32). The variants:
+#   dynamic       one weight scale per output channel, 8-bit weights: for CPUs with an int8 dot product
+#   dynamic-7bit  the same with 7-bit weights (``reduce_range``): for CPUs without one, whose 16-bit
+#                 pair sums saturate on 8-bit weights (ONNX Runtime's advice)
+#   per-tensor    one scale per weight matrix: deliberately poor (MiniLM moves by ~45%), for the check
+# ``keep_fp32`` names node-name fragments left in fp32 (the most sensitive products).
+_DYNAMIC: dict[str, Any] = {
     "method": "quantize_dynamic",
     "weight_type": "QInt8",
     "per_channel": True,
     "reduce_range": False,
+    "keep_fp32": [],
     "extra_options": {"MatMulConstBOnly": True},
 }
+INT8_VARIANTS: dict[str, dict[str, Any]] = {
+    "dynamic": _DYNAMIC,
+    "dynamic-7bit": {**_DYNAMIC, "reduce_range": True},
+    "per-tensor": {**_DYNAMIC, "per_channel": False},
+}
+# The variant ``--precision int8`` uses on each CPU class (``harness.encoding.cpu.int8_cpu_class``).
+INT8_DEFAULT_VARIANT = {"vnni": "dynamic", "no-vnni": "dynamic-7bit"}
 
 
-def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
-    """The int8 version of an exported graph, quantized once and kept beside it."""
+def int8_settings(variant: str, cpu_class: str) -> dict[str, Any]:
+    """The quantization settings of an int8 ``variant`` (``auto``: the one for ``cpu_class``)."""
+    name = INT8_DEFAULT_VARIANT.get(cpu_class, "dynamic-7bit") if variant == "auto" else variant
+    if name not in INT8_VARIANTS:
+        raise HarnessError(f"unknown int8 variant {variant!r} (use auto, {', '.join(INT8_VARIANTS)})")
+    return {"variant": name, **INT8_VARIANTS[name]}
+
+
+def _nodes_kept_fp32(graph: Path, fragments: list[str]) -> list[str]:
+    if not fragments:
+        return []
+    import onnx
+
+    nodes = onnx.load(str(graph), load_external_data=False).graph.node
+    return [node.name for node in nodes if any(fragment in node.name for fragment in fragments)]
+
+
+def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The int8 version of an exported graph with ``settings`` (``int8_settings``), quantized once and
+    kept beside it under a name keyed by the settings, the source graph and the quantizer's version.
+    """
     folder = graph.parent
-    quantized, record_path = folder / "model-int8.onnx", folder / "int8.json"
-    wanted = {**INT8_SETTINGS, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
+    wanted = {**settings, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
+    key = digest_of(wanted)[:16]
+    quantized, record_path = folder / f"model-int8-{key}.onnx", folder / f"int8-{key}.json"
     record = read_json_or_none(record_path)
     if quantized.is_file() and record is not None and record.get("settings") == wanted:
         return quantized, record
@@ -270,10 +311,11 @@ def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
         quantize_dynamic(
             str(graph),
             str(partial),
-            weight_type=getattr(QuantType, INT8_SETTINGS["weight_type"]),
-            per_channel=INT8_SETTINGS["per_channel"],
-            reduce_range=INT8_SETTINGS["reduce_range"],
-            extra_options=dict(INT8_SETTINGS["extra_options"]),
+            weight_type=getattr(QuantType, settings["weight_type"]),
+            per_channel=settings["per_channel"],
+            reduce_range=settings["reduce_range"],
+            nodes_to_exclude=_nodes_kept_fp32(graph, settings["keep_fp32"]),
+            extra_options=dict(settings["extra_options"]),
         )
         os.replace(partial, quantized)
     except Exception as error:
@@ -284,6 +326,7 @@ def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
     record = {
+        "key": key,
         "settings": wanted,
         "bytes": quantized.stat().st_size,
         "seconds": round(time.perf_counter() - started, 3),
@@ -291,6 +334,72 @@ def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
     }
     atomic_write_json(record_path, record)
     return quantized, record
+
+
+# --------------------------------------------------------------------------------------------
+# fp32 with onnxruntime's transformer fusions
+# --------------------------------------------------------------------------------------------
+
+# onnxruntime's transformer optimizer fuses each layer's attention into one Attention kernel (no
+# padded-key work beyond the mask), LayerNorm + residual into SkipLayerNormalization, and bias + GELU
+# into BiasGelu. The exact erf GELU is kept (no tanh approximation), so the vectors stay fp32-equal;
+# the exact check times this graph as a third candidate and records whether it wins on this machine.
+FUSION_SETTINGS: dict[str, Any] = {"model_type": "bert", "opt_level": 0, "gelu_approximation": False}
+
+
+def ensure_fused(graph: Path, num_heads: int, hidden_size: int) -> tuple[Path, dict[str, Any]]:
+    """The fused fp32 version of an exported graph, optimized once and kept beside it (keyed)."""
+    folder = graph.parent
+    wanted = {
+        **FUSION_SETTINGS,
+        "num_heads": num_heads,
+        "hidden_size": hidden_size,
+        "onnxruntime": _version("onnxruntime"),
+        "source_bytes": graph.stat().st_size,
+    }
+    key = digest_of(wanted)[:16]
+    fused, record_path = folder / f"model-fused-{key}.onnx", folder / f"fused-{key}.json"
+    record = read_json_or_none(record_path)
+    if fused.is_file() and record is not None and record.get("settings") == wanted:
+        return fused, record
+    started = time.perf_counter()
+    partial = folder / f".model-fused-{os.getpid()}.onnx.tmp"
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # the optimizer reports every fusion it could not apply
+    try:
+        from onnxruntime.transformers import optimizer
+        from onnxruntime.transformers.fusion_options import FusionOptions
+
+        options = FusionOptions(FUSION_SETTINGS["model_type"])
+        options.enable_gelu_approximation = FUSION_SETTINGS["gelu_approximation"]
+        optimized = optimizer.optimize_model(
+            str(graph),
+            model_type=FUSION_SETTINGS["model_type"],
+            num_heads=num_heads,
+            hidden_size=hidden_size,
+            optimization_options=options,
+            opt_level=FUSION_SETTINGS["opt_level"],
+            use_gpu=False,
+        )
+        fusions = {name: count for name, count in optimized.get_fused_operator_statistics().items() if count}
+        optimized.save_model_to_file(str(partial))
+        os.replace(partial, fused)
+    except Exception as error:
+        text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+        raise HarnessError(f"could not fuse {graph} with onnxruntime's transformer optimizer: {text}") from error
+    finally:
+        logging.disable(previous)
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    record = {
+        "key": key,
+        "settings": wanted,
+        "fusions": fusions,
+        "seconds": round(time.perf_counter() - started, 3),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_json(record_path, record)
+    return fused, record
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,6 +493,7 @@ def check_environment(device: str) -> dict[str, Any]:
     """
     return {
         "device": device.split(":")[0],
+        "cpu": int8_cpu_class() if device == "cpu" else None,
         "onnxruntime": _version("onnxruntime"),
         "torch": _version("torch"),
     }
@@ -399,26 +509,38 @@ def load_exact_check(cache_dir: str | Path, model, device: str) -> dict[str, Any
     return record
 
 
+def _row_errors(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    norms = np.maximum(np.linalg.norm(reference, axis=1), np.finfo(np.float32).tiny)
+    return np.linalg.norm(candidate - reference, axis=1) / norms
+
+
 def relative_error(candidate: np.ndarray, reference: np.ndarray) -> float:
     """max over rows of ||candidate - reference|| / ||reference||."""
-    norms = np.maximum(np.linalg.norm(reference, axis=1), np.finfo(np.float32).tiny)
-    return float((np.linalg.norm(candidate - reference, axis=1) / norms).max())
+    return float(_row_errors(candidate, reference).max())
 
 
-def run_exact_check(
-    runners: dict[str, Callable[[], np.ndarray]],
-    *,
-    reference: str = "torch",
-    repeats: int = 2,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, Any]:
-    """Time each runner on the sample (interleaved, best of ``repeats``) and compare it to the reference;
-    choose the fastest runner whose vectors equal the reference's, the reference unless another is at
-    least ``EXACT_MIN_SPEEDUP`` times faster.
+def agreement(candidate: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """How far ``candidate`` rows are from ``reference`` rows: largest and mean relative L2 error, and
+    the lowest cosine similarity of a row pair.
+    """
+    errors = _row_errors(candidate, reference)
+    tiny = np.finfo(np.float32).tiny
+    cosines = (candidate * reference).sum(axis=1) / np.maximum(
+        np.linalg.norm(candidate, axis=1) * np.linalg.norm(reference, axis=1), tiny
+    )
+    return {
+        "relative_error": round(float(errors.max()), 6),
+        "mean_relative_error": round(float(errors.mean()), 6),
+        "lowest_cosine": round(float(cosines.min()), 6),
+    }
 
-    The first round is a warm-up and is not timed (it exports the model, builds sessions and kernels).
-    A runner that raises a ``HarnessError`` (e.g. an export that fails) is recorded as not usable.
-    Returns ``{"runtime": chosen, "candidates": {name: {seconds, relative_error, equal, error}}}``.
+
+def _timed_rounds(
+    runners: dict[str, Callable[[], np.ndarray]], repeats: int, clock: Callable[[], float]
+) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
+    """Run every runner ``repeats + 1`` times, interleaved; the first round is an untimed warm-up (it
+    exports, quantizes, builds sessions). ``({name: {seconds | error}}, {name: vectors})``; a runner
+    that raises a ``HarnessError`` is recorded with its error and not run again.
     """
     results: dict[str, dict[str, Any]] = {name: {"seconds": None} for name in runners}
     vectors: dict[str, np.ndarray] = {}
@@ -437,6 +559,25 @@ def run_exact_check(
                 continue
             best = results[name]["seconds"]
             results[name]["seconds"] = round(seconds if best is None else min(best, seconds), 4)
+    return results, vectors
+
+
+def run_exact_check(
+    runners: dict[str, Callable[[], np.ndarray]],
+    *,
+    reference: str = "torch",
+    repeats: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time each runner on the sample (interleaved, best of ``repeats``) and compare it to the reference;
+    choose the fastest runner whose vectors equal the reference's, the reference unless another is at
+    least ``EXACT_MIN_SPEEDUP`` times faster.
+
+    Timed by ``_timed_rounds`` (a first, untimed warm-up round); a runner that raises a ``HarnessError``
+    (e.g. an export that fails) is recorded as not usable.
+    Returns ``{"runtime": chosen, "candidates": {name: {seconds, relative_error, equal, error}}}``.
+    """
+    results, vectors = _timed_rounds(runners, repeats, clock)
     if reference not in vectors:
         raise HarnessError(f"the exact check could not run the {reference} reference: {results[reference]}")
     for name, result in results.items():
@@ -476,3 +617,109 @@ def save_exact_check(
     }
     atomic_write_json(exact_check_path(cache_dir, model), record)
     return record
+
+
+# --------------------------------------------------------------------------------------------
+# The check of an approximate setting
+# --------------------------------------------------------------------------------------------
+
+
+def approximate_check_path(cache_dir: str | Path, model, setting: dict[str, Any]) -> Path:
+    """Where the check of ``setting`` (runtime, precision, quantization) for ``model`` is kept."""
+    name = f"check-{setting['runtime']}-{setting['precision']}-{digest_of(setting)[:12]}.json"
+    return export_folder(cache_dir, model)[0] / name
+
+
+def run_approximate_check(
+    candidate: Callable[[], np.ndarray],
+    reference: Callable[[], np.ndarray],
+    *,
+    repeats: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time an approximate setting against torch fp32 on the sample (interleaved, best of ``repeats``)
+    and measure how far its vectors move: it passes when no vector moves more than
+    ``APPROXIMATE_TOLERANCE`` (relative L2). ``speedup`` is the reference's seconds over its own.
+    """
+    results, vectors = _timed_rounds({"reference": reference, "candidate": candidate}, repeats, clock)
+    if "reference" not in vectors:
+        raise HarnessError(f"the precision check could not run torch fp32: {results['reference'].get('error')}")
+    if "candidate" not in vectors:
+        return {"passed": False, "error": results["candidate"]["error"], "tolerance": APPROXIMATE_TOLERANCE}
+    measured = agreement(vectors["candidate"], vectors["reference"])
+    seconds = {name: result["seconds"] for name, result in results.items()}
+    return {
+        **measured,
+        "tolerance": APPROXIMATE_TOLERANCE,
+        "passed": bool(measured["relative_error"] <= APPROXIMATE_TOLERANCE),
+        "seconds": seconds,
+        "speedup": round(seconds["reference"] / max(seconds["candidate"], 1e-9), 3),
+    }
+
+
+def load_approximate_check(
+    cache_dir: str | Path, model, device: str, setting: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The recorded check of ``setting`` for this model, device kind and library versions, if any."""
+    record = read_json_or_none(approximate_check_path(cache_dir, model, setting))
+    if record is None or record.get("format") != APPROXIMATE_CHECK_FORMAT:
+        return None
+    if record.get("environment") != check_environment(device) or record.get("setting") != setting:
+        return None
+    return record
+
+
+def save_approximate_check(
+    cache_dir: str | Path,
+    model,
+    device: str,
+    setting: dict[str, Any],
+    outcome: dict[str, Any],
+    sample_size: int,
+    threads: int,
+) -> dict[str, Any]:
+    record = {
+        "format": APPROXIMATE_CHECK_FORMAT,
+        "model": model.record.name,
+        "environment": check_environment(device),
+        "setting": setting,
+        "reference": "torch fp32",
+        "threads": threads,
+        "sample_size": sample_size,
+        **outcome,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_json(approximate_check_path(cache_dir, model, setting), record)
+    return record
+
+
+def exact_speedup(check: dict[str, Any]) -> float:
+    """How much faster than torch fp32 the ``exact`` check's choice ran on the sample (1.0 if torch)."""
+    candidates = check.get("candidates") or {}
+    torch_seconds = (candidates.get("torch") or {}).get("seconds")
+    chosen_seconds = (candidates.get(check.get("runtime")) or {}).get("seconds")
+    if not torch_seconds or not chosen_seconds:
+        return 1.0
+    return round(torch_seconds / chosen_seconds, 3)
+
+
+def choose_fast(exact: dict[str, Any], approximate: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``--precision fast``: the setting with the largest speedup over torch fp32 among ``exact`` and
+    the approximate settings whose check passed; an approximate one must beat ``exact`` by
+    ``EXACT_MIN_SPEEDUP`` (on a near-tie exact vectors win). ``{"chosen", "candidates"}``.
+    """
+    candidates = {"exact": {"speedup": exact_speedup(exact), "passed": True}}
+    for name, check in approximate.items():
+        candidates[name] = {
+            "speedup": check.get("speedup"),
+            "passed": bool(check.get("passed")),
+            "relative_error": check.get("relative_error"),
+        }
+    best = "exact"
+    for name, candidate in candidates.items():
+        if name == "exact" or not candidate["passed"] or not candidate["speedup"]:
+            continue
+        bar = candidates[best]["speedup"] * (EXACT_MIN_SPEEDUP if best == "exact" else 1.0)
+        if candidate["speedup"] > bar:
+            best = name
+    return {"chosen": best, "min_speedup": EXACT_MIN_SPEEDUP, "candidates": candidates}
