@@ -666,6 +666,8 @@ def load_approximate_check(
         return None
     if record.get("environment") != check_environment(device) or record.get("setting") != setting:
         return None
+    if record.get("tolerance") != APPROXIMATE_TOLERANCE:  # judged by another bound: check again
+        return None
     return record
 
 
