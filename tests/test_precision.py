@@ -201,7 +201,7 @@ def test_changing_backend_or_precision_misses_the_cache(tiny, tmp_path: Path, mo
     assert len({entry.key for entry in entries}) == len(choices)
     assert len({entry.directory for entry in entries}) == len(choices)
     assert len(calls) == 2 * len(choices)  # 4 docs in shards of 3: two encodes per setting
-    assert any(call.startswith("onnx int8 dynamic") for call in calls)  # the variant is in the label
+    assert any(call.startswith("onnx int8 ffn32") for call in calls)  # the variant is in the label
     calls.clear()
     again = [cache.corpus(dataset, encoder(**choice), shard_size=3, progress=False) for choice in choices]
     assert [entry.key for entry in again] == [entry.key for entry in entries]
@@ -287,7 +287,8 @@ def test_int8_settings_follow_the_cpu_class():
     assert cpu.int8_cpu_class(avx2) == "no-vnni" and cpu.int8_cpu_class(frozenset()) == "no-vnni"
     assert onnx_backend.int8_settings("auto", "vnni")["reduce_range"] is False  # 8-bit weights
     assert onnx_backend.int8_settings("auto", "no-vnni")["reduce_range"] is True  # 7 bits: no saturation
-    assert onnx_backend.int8_settings("auto", "no-vnni")["variant"] == "dynamic-7bit"
+    assert onnx_backend.int8_settings("auto", "no-vnni")["variant"] == "ffn32-7bit"
+    assert onnx_backend.int8_settings("auto", "vnni")["keep_fp32"]  # the feed-forward output stays fp32
     assert cpu.relevant_cpu_flags(vnni | {"sse2"}) == ["avx2", "avx512f", "avx512_vnni"]
     with pytest.raises(HarnessError, match="unknown int8 variant 'int4'"):
         onnx_backend.int8_settings("int4", "vnni")
