@@ -261,6 +261,11 @@ def _export(st_model, folder: Path, graph: Path) -> dict[str, Any]:
 #                    quantizes worst (MiniLM on a scifact sample: the largest vector error 0.124 -> 0.091;
 #                    no other product moves it more than 0.01). A third of the weights stay fp32.
 #   per-tensor       one scale per weight matrix: deliberately poor (MiniLM moves by ~45%)
+# and onnxruntime's MatMulNBits with 8-bit weights, one scale per block of 32 (or 128) input rows, at
+# accuracy level 4: the activations are quantized to int8 per block of each row too, not one scale per
+# batch, so an outlier token or channel costs only its own block (MiniLM on a scifact sample: largest
+# vector error 0.033, against 0.124 for ``dynamic``, at ~80% of its speed):
+#   nbits8, nbits8-b128
 # ``keep_fp32`` holds regular expressions of the node names left in fp32 (BERT-style exports).
 _DYNAMIC: dict[str, Any] = {
     "method": "quantize_dynamic",
@@ -277,6 +282,8 @@ INT8_VARIANTS: dict[str, dict[str, Any]] = {
     "ffn32": {**_DYNAMIC, "keep_fp32": [_FFN_OUTPUT]},
     "ffn32-7bit": {**_DYNAMIC, "reduce_range": True, "keep_fp32": [_FFN_OUTPUT]},
     "per-tensor": {**_DYNAMIC, "per_channel": False},
+    "nbits8": {"method": "matmul_nbits", "bits": 8, "block_size": 32, "symmetric": True, "accuracy_level": 4, "keep_fp32": []},
+    "nbits8-b128": {"method": "matmul_nbits", "bits": 8, "block_size": 128, "symmetric": True, "accuracy_level": 4, "keep_fp32": []},
 }
 # The variant ``--precision int8`` uses on each CPU class (``harness.encoding.cpu.int8_cpu_class``).
 INT8_DEFAULT_VARIANT = {"vnni": "ffn32", "no-vnni": "ffn32-7bit"}
@@ -310,23 +317,14 @@ def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[
     record = read_json_or_none(record_path)
     if quantized.is_file() and record is not None and record.get("settings") == wanted:
         return quantized, record
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     started = time.perf_counter()
     kept = _nodes_kept_fp32(graph, settings["keep_fp32"])
     partial = folder / f".model-int8-{os.getpid()}.onnx.tmp"
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)  # the quantizer advises "pre-processing" at WARNING on every call
     try:
-        quantize_dynamic(
-            str(graph),
-            str(partial),
-            weight_type=getattr(QuantType, settings["weight_type"]),
-            per_channel=settings["per_channel"],
-            reduce_range=settings["reduce_range"],
-            nodes_to_exclude=kept,
-            extra_options=dict(settings["extra_options"]),
-        )
+        quantize = _quantize_nbits if settings["method"] == "matmul_nbits" else _quantize_dynamic
+        quantize(graph, partial, settings, kept)
         os.replace(partial, quantized)
     except Exception as error:
         text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
@@ -345,6 +343,40 @@ def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[
     }
     atomic_write_json(record_path, record)
     return quantized, record
+
+
+def _quantize_dynamic(graph: Path, target: Path, settings: dict[str, Any], kept: list[str]) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(graph),
+        str(target),
+        weight_type=getattr(QuantType, settings["weight_type"]),
+        per_channel=settings["per_channel"],
+        reduce_range=settings["reduce_range"],
+        nodes_to_exclude=kept,
+        extra_options=dict(settings["extra_options"]),
+    )
+
+
+def _quantize_nbits(graph: Path, target: Path, settings: dict[str, Any], kept: list[str]) -> None:
+    import onnx
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    options = {
+        "bits": settings["bits"],
+        "block_size": settings["block_size"],
+        "is_symmetric": settings["symmetric"],
+        "accuracy_level": settings["accuracy_level"],
+    }
+    quantizer = nbits.MatMulNBitsQuantizer(
+        onnx.load(str(graph)),
+        nodes_to_exclude=kept,
+        algo_config=nbits.DefaultWeightOnlyQuantConfig(**options),
+        **options,
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(target), False)
 
 
 # --------------------------------------------------------------------------------------------
