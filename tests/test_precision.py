@@ -201,7 +201,7 @@ def test_changing_backend_or_precision_misses_the_cache(tiny, tmp_path: Path, mo
     assert len({entry.key for entry in entries}) == len(choices)
     assert len({entry.directory for entry in entries}) == len(choices)
     assert len(calls) == 2 * len(choices)  # 4 docs in shards of 3: two encodes per setting
-    assert any(call.startswith("onnx int8 ffn32") for call in calls)  # the variant is in the label
+    assert any(call.startswith("onnx int8 nbits8") for call in calls)  # the variant is in the label
     calls.clear()
     again = [cache.corpus(dataset, encoder(**choice), shard_size=3, progress=False) for choice in choices]
     assert [entry.key for entry in again] == [entry.key for entry in entries]
@@ -253,7 +253,7 @@ def test_parallel_streams_give_the_same_vectors_and_restore_threads(tiny):
 
 @pytest.fixture(scope="module")
 def skewed_bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
-    """The tiny BERT with larger dense weights whose output channels differ in scale by up to 10^5 (as
+    """The tiny BERT with dense weights whose output channels differ in scale by up to 10^5 (as
     trained models have outlier channels): one int8 scale per weight matrix then rounds the small
     channels away, one per channel does not. Seeded: the same weights on every run.
     """
@@ -269,7 +269,7 @@ def skewed_bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Pat
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
-                module.weight.normal_(0, 0.1, generator=generator)
+                module.weight.normal_(0, 0.02, generator=generator)
                 exponents = (torch.rand(module.weight.shape[0], 1, generator=generator) * 2 - 1) * 2.5
                 module.weight.mul_(10**exponents)
     model.save_pretrained(str(folder))
@@ -285,10 +285,10 @@ def test_int8_settings_follow_the_cpu_class():
     avx2 = frozenset({"avx2", "fma"})
     assert cpu.int8_cpu_class(vnni) == "vnni" and cpu.int8_cpu_class(frozenset({"avx_vnni"})) == "vnni"
     assert cpu.int8_cpu_class(avx2) == "no-vnni" and cpu.int8_cpu_class(frozenset()) == "no-vnni"
-    assert onnx_backend.int8_settings("auto", "vnni")["reduce_range"] is False  # 8-bit weights
-    assert onnx_backend.int8_settings("auto", "no-vnni")["reduce_range"] is True  # 7 bits: no saturation
-    assert onnx_backend.int8_settings("auto", "no-vnni")["variant"] == "ffn32-7bit"
-    assert onnx_backend.int8_settings("auto", "vnni")["keep_fp32"]  # the feed-forward output stays fp32
+    for cpu_class in ("vnni", "no-vnni"):  # blockwise s8 x s8 cannot saturate: no 7-bit weights needed
+        assert onnx_backend.int8_settings("auto", cpu_class)["variant"] == "nbits8"
+    assert onnx_backend.int8_settings("dynamic", "vnni")["reduce_range"] is False  # 8-bit weights
+    assert onnx_backend.int8_settings("dynamic-7bit", "no-vnni")["reduce_range"] is True  # 7 bits
     assert cpu.relevant_cpu_flags(vnni | {"sse2"}) == ["avx2", "avx512f", "avx512_vnni"]
     with pytest.raises(HarnessError, match="unknown int8 variant 'int4'"):
         onnx_backend.int8_settings("int4", "vnni")
@@ -306,6 +306,7 @@ def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Pa
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and "onnx int8 per-tensor" in warnings[0]
     assert f"up to {poor_check['relative_error']}" in warnings[0]  # names the measured error
+    assert good.quantization["variant"] == "nbits8"
     # The verdict is recorded and read back, not measured again.
     path = onnx_backend.approximate_check_path(tmp_path, model, poor.check_setting())
     assert json.loads(path.read_text())["passed"] is False
@@ -318,14 +319,15 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
     model = resolve_record(_tiny_record(skewed_bert_dir))
     dataset = load_dataset(_beir_folder(tmp_path), "test")
     cache = EmbeddingCache(tmp_path / "cache")
-    variants = ("dynamic", "dynamic-7bit", "per-tensor")
+    variants = ("dynamic", "dynamic-7bit", "nbits8", "per-tensor")
     encoders = {variant: _int8(model, tmp_path / "cache", variant) for variant in variants}
     entries = {name: cache.corpus(dataset, encoder, shard_size=8, progress=False) for name, encoder in encoders.items()}
-    assert len({entry.key for entry in entries.values()}) == 3
+    assert len({entry.key for entry in entries.values()}) == len(variants)
     for name, encoder in encoders.items():
         settings = encoder.settings()
         assert settings["quantization"]["variant"] == name
-        assert settings["check"] == ("fail" if name == "per-tensor" else "pass")
+        check = encoder.precision_check()
+        assert settings["check"] == ("pass" if check["relative_error"] <= onnx_backend.APPROXIMATE_TOLERANCE else "fail")
         described = encoder.describe()
         assert described["quantization"] == settings["quantization"]
         assert described["precision_check"]["passed"] is (settings["check"] == "pass")
@@ -333,11 +335,12 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
         assert described["label"] == f"onnx int8 {name}"
     manifest = json.loads((entries["dynamic-7bit"].directory / "manifest.json").read_text())
     assert manifest["key_inputs"]["settings"]["quantization"]["reduce_range"] is True
+    assert encoders["per-tensor"].settings()["check"] == "fail" and encoders["nbits8"].settings()["check"] == "pass"
     # A stricter bound flips the verdict: the check runs again and the vectors get a new key.
-    before = entries["dynamic"].key
+    before = entries["nbits8"].key
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 1e-6)
-        stricter = _int8(model, tmp_path / "cache", "dynamic")
+        stricter = _int8(model, tmp_path / "cache", "nbits8")
         assert stricter.settings()["check"] == "fail"
         assert cache.corpus(dataset, stricter, shard_size=8, progress=False).key != before
 
