@@ -12,7 +12,7 @@ Lines printed (each measured in its own subprocess so peak memory is per line):
   its own empty cache (bf16 reports an error line on CPUs without native bf16);
 - ``int8-<variant>``: ``--precision int8`` with each quantization variant (``INT8_VARIANTS``: all
   products int8 with 8- or 7-bit weights, or with the feed-forward output kept fp32), each including
-  quantizing the export and its precision check; ``[auto]`` marks the variant this CPU gets by default;
+  quantizing the export and its precision check (the CPU lines name the variant this CPU gets by default);
 - ``fast``: ``--precision fast``, its first run (every candidate's check included);
 - ``gpu-fp32``, ``gpu-fp16``, ``gpu-bf16``: on a CUDA GPU (PyTorch's fused SDPA attention, the
   transformers default); skipped with the reason on machines without one.
