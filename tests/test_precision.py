@@ -380,3 +380,19 @@ def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeyp
 
 def fast_variant() -> str:
     return onnx_backend.int8_settings("auto", cpu.int8_cpu_class())["variant"]
+
+
+def test_cli_int8_variant_is_recorded_and_needs_int8(tiny_st_dir: Path, tmp_path: Path, capsys):
+    dataset = _beir_folder(tmp_path)
+    common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--device", "cpu", "--no-progress"]
+    folders = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, *folders, "--int8", "dynamic"]) == 2
+    assert "error: --int8 dynamic needs --precision int8" in capsys.readouterr().err
+    assert main([*common, *folders, "--precision", "int8", "--int8", "per-tensor"]) == 0
+    provenance = json.loads(next((tmp_path / "results").rglob("provenance.json")).read_text())
+    encoder = provenance["retrieval"]["encoder"]
+    assert encoder["label"] == "onnx int8 per-tensor" and encoder["quantization"]["per_channel"] is False
+    check = encoder["precision_check"]
+    assert check["setting"]["quantization"]["variant"] == "per-tensor" and isinstance(check["passed"], bool)
+    assert check["relative_error"] > 0 and check["reference"] == "torch fp32"
+    assert encoder["cpu"]["int8_class"] in ("vnni", "no-vnni")

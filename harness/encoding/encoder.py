@@ -122,6 +122,7 @@ class Encoder:
         self._onnx_export: dict[str, Any] | None = None
         self._active: str | None = None if self.runtime == "exact" else self.runtime
         self._exact_check: dict[str, Any] | None = None
+        runtime_choices.check_int8_option(self.dtype, int8)
         self.int8 = int8
         self.quantization = (
             onnx_runtime.int8_settings(int8, int8_cpu_class()) if self.dtype == "int8" else None
@@ -443,7 +444,7 @@ class Encoder:
             precision=precision,
             cache_dir=self.cache_dir,
             threads=self.threads,
-            int8=self.int8,
+            int8=self.int8 if precision == "int8" else "auto",
         )
         if self.device == "cpu" or (self.dtype == other.dtype and self._st_model is not None):
             other._st_model = self._st_model or self.load()

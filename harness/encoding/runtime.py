@@ -224,7 +224,14 @@ def _check_runtime_precision(runtime: str, dtype: str) -> None:
         raise HarnessError("--runtime torch has no int8; use --runtime onnx --precision int8")
 
 
+def check_int8_option(dtype: str, int8: str | None) -> None:
+    """An int8 variant is only meaningful with ``--precision int8`` (or ``fast``, which may pick int8)."""
+    if int8 not in (None, "auto") and dtype not in ("int8", FAST):
+        raise HarnessError(f"--int8 {int8} needs --precision int8 (this run computes {_SHORT_OF[dtype]})")
+
+
 def check_encoder_options(model: ResolvedModel, device: str | None, options: dict[str, Any]) -> None:
     """Refuse a runtime/precision the device cannot run, before any work (no-op for BM25 models)."""
     if not model.record.is_lexical:
-        resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+        _, dtype = resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+        check_int8_option(dtype, options.get("int8"))
