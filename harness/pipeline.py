@@ -140,7 +140,7 @@ class EvalOptions:
             ray_address=get("ray_address"),
             # Only what was asked for, so runs without these options keep their earlier result config.
             encoder_options={
-                key: get(key) for key in ("runtime", "precision") if get(key) is not None
+                key: get(key) for key in ("runtime", "precision", "int8") if get(key) is not None
             },
         )
 

@@ -13,6 +13,8 @@ from tiny_bert import tiny_record
 from harness.cli import main
 from harness.core.errors import HarnessError, InputError
 from harness.datasets.beir import load_dataset
+from harness.encoding import cpu
+from harness.encoding import onnx as onnx_backend
 from harness.encoding import runtime as encode
 from harness.encoding.encoder import Encoder, token_batches
 from harness.encoding.runtime import resolve_runtime
@@ -199,7 +201,7 @@ def test_changing_backend_or_precision_misses_the_cache(tiny, tmp_path: Path, mo
     assert len({entry.key for entry in entries}) == len(choices)
     assert len({entry.directory for entry in entries}) == len(choices)
     assert len(calls) == 2 * len(choices)  # 4 docs in shards of 3: two encodes per setting
-    assert "onnx int8" in calls
+    assert any(call.startswith("onnx int8 nbits8") for call in calls)  # the variant is in the label
     calls.clear()
     again = [cache.corpus(dataset, encoder(**choice), shard_size=3, progress=False) for choice in choices]
     assert [entry.key for entry in again] == [entry.key for entry in entries]
@@ -244,3 +246,153 @@ def test_parallel_streams_give_the_same_vectors_and_restore_threads(tiny):
     finally:
         torch.set_num_threads(previous)
     np.testing.assert_allclose(streamed, sequential, atol=1e-6)
+
+
+# ---- approximate settings: per-CPU int8, the precision check, --precision fast ------------------
+
+
+@pytest.fixture(scope="module")
+def skewed_bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
+    """The tiny BERT with dense weights whose output channels differ in scale by up to 10^5 (as
+    trained models have outlier channels): one int8 scale per weight matrix then rounds the small
+    channels away, one per channel does not. Seeded: the same weights on every run.
+    """
+    import shutil
+
+    import torch
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("models") / "skewed-bert"
+    shutil.copytree(tiny_bert_dir, folder)
+    model = BertModel.from_pretrained(str(tiny_bert_dir))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0, 0.02, generator=generator)
+                exponents = (torch.rand(module.weight.shape[0], 1, generator=generator) * 2 - 1) * 2.5
+                module.weight.mul_(10**exponents)
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def _int8(model, cache: Path, variant: str, **options) -> Encoder:
+    return Encoder(model, device="cpu", precision="int8", int8=variant, cache_dir=cache, **options)
+
+
+def test_int8_settings_follow_the_cpu_class():
+    vnni = frozenset({"avx2", "avx512f", "avx512_vnni"})
+    avx2 = frozenset({"avx2", "fma"})
+    assert cpu.int8_cpu_class(vnni) == "vnni" and cpu.int8_cpu_class(frozenset({"avx_vnni"})) == "vnni"
+    assert cpu.int8_cpu_class(avx2) == "no-vnni" and cpu.int8_cpu_class(frozenset()) == "no-vnni"
+    for cpu_class in ("vnni", "no-vnni"):  # blockwise s8 x s8 cannot saturate: no 7-bit weights needed
+        assert onnx_backend.int8_settings("auto", cpu_class)["variant"] == "nbits8"
+    assert onnx_backend.int8_settings("dynamic", "vnni")["reduce_range"] is False  # 8-bit weights
+    assert onnx_backend.int8_settings("dynamic-7bit", "no-vnni")["reduce_range"] is True  # 7 bits
+    assert cpu.relevant_cpu_flags(vnni | {"sse2"}) == ["avx2", "avx512f", "avx512_vnni"]
+    with pytest.raises(HarnessError, match="unknown int8 variant 'int4'"):
+        onnx_backend.int8_settings("int4", "vnni")
+
+
+def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Path, caplog):
+    model = resolve_record(_tiny_record(skewed_bert_dir))
+    good, poor = _int8(model, tmp_path, "auto"), _int8(model, tmp_path, "per-tensor")  # auto: this CPU's
+    with caplog.at_level("WARNING"):
+        good_check, poor_check = good.precision_check(), poor.precision_check()
+    assert good_check["passed"] is True and poor_check["passed"] is False
+    assert good_check["relative_error"] <= onnx_backend.APPROXIMATE_TOLERANCE < poor_check["relative_error"]
+    assert poor_check["lowest_cosine"] < good_check["lowest_cosine"] <= 1.0
+    assert poor_check["reference"] == "torch fp32" and poor_check["sample_size"] == 32
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "onnx int8 per-tensor" in warnings[0]
+    assert f"up to {poor_check['relative_error']}" in warnings[0]  # names the measured error
+    assert good.quantization["variant"] == "nbits8"
+    # The verdict is recorded and read back, not measured again.
+    path = onnx_backend.approximate_check_path(tmp_path, model, poor.check_setting())
+    assert json.loads(path.read_text())["passed"] is False
+    again = _int8(model, tmp_path, "per-tensor")
+    again._run_precision_check = None  # would fail if called
+    assert again.precision_check()["relative_error"] == poor_check["relative_error"]
+
+
+def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert_dir: Path, tmp_path: Path):
+    model = resolve_record(_tiny_record(skewed_bert_dir))
+    dataset = load_dataset(_beir_folder(tmp_path), "test")
+    cache = EmbeddingCache(tmp_path / "cache")
+    variants = ("dynamic", "dynamic-7bit", "nbits8", "per-tensor")
+    encoders = {variant: _int8(model, tmp_path / "cache", variant) for variant in variants}
+    entries = {name: cache.corpus(dataset, encoder, shard_size=8, progress=False) for name, encoder in encoders.items()}
+    assert len({entry.key for entry in entries.values()}) == len(variants)
+    for name, encoder in encoders.items():
+        settings = encoder.settings()
+        assert settings["quantization"]["variant"] == name
+        check = encoder.precision_check()
+        assert settings["check"] == ("pass" if check["relative_error"] <= onnx_backend.APPROXIMATE_TOLERANCE else "fail")
+        described = encoder.describe()
+        assert described["quantization"] == settings["quantization"]
+        assert described["precision_check"]["passed"] is (settings["check"] == "pass")
+        assert described["cpu"]["int8_class"] == cpu.int8_cpu_class()
+        assert described["label"] == f"onnx int8 {name}"
+    manifest = json.loads((entries["dynamic-7bit"].directory / "manifest.json").read_text())
+    assert manifest["key_inputs"]["settings"]["quantization"]["reduce_range"] is True
+    assert encoders["per-tensor"].settings()["check"] == "fail" and encoders["nbits8"].settings()["check"] == "pass"
+    # A stricter bound flips the verdict: the check runs again and the vectors get a new key.
+    before = entries["nbits8"].key
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 1e-6)
+        stricter = _int8(model, tmp_path / "cache", "nbits8")
+        assert stricter.settings()["check"] == "fail"
+        assert cache.corpus(dataset, stricter, shard_size=8, progress=False).key != before
+
+
+def test_choose_fast_takes_the_fastest_passing_setting():
+    exact = {"runtime": "onnx", "candidates": {"torch": {"seconds": 2.0}, "onnx": {"seconds": 1.0}}}
+    assert onnx_backend.exact_speedup(exact) == 2.0
+    checks = {
+        "onnx int8 per-tensor": {"speedup": 9.0, "passed": False},  # fastest, but fails its check
+        "onnx int8 dynamic": {"speedup": 4.0, "passed": True},
+        "torch bf16": {"speedup": 3.0, "passed": True},
+    }
+    assert onnx_backend.choose_fast(exact, checks)["chosen"] == "onnx int8 dynamic"
+    # An approximate setting must beat exact by the margin: on a near-tie exact vectors win.
+    assert onnx_backend.choose_fast(exact, {"torch bf16": {"speedup": 2.1, "passed": True}})["chosen"] == "exact"
+    assert onnx_backend.choose_fast(exact, {})["chosen"] == "exact"
+
+
+def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: False)
+    fast = Encoder(tiny, device="cpu", precision="fast", cache_dir=tmp_path)
+    vectors = fast.encode_queries(TEXTS)
+    choice = fast.describe()["fast"]
+    assert set(choice["candidates"]) == {"exact", f"onnx int8 {fast_variant()}"}
+    chosen = choice["chosen"]
+    same = (
+        Encoder(tiny, device="cpu", cache_dir=tmp_path)
+        if chosen == "exact"
+        else Encoder(tiny, device="cpu", precision="int8", cache_dir=tmp_path)
+    )
+    assert fast.settings() == same.settings()  # fast shares the chosen setting's cache entries
+    assert fast.label() == f"fast: {same.label(same.resolve_runtime())}"
+    np.testing.assert_allclose(vectors, same.encode_queries(TEXTS), atol=1e-6)
+    with pytest.raises(HarnessError, match="--precision fast chooses the runtime too"):
+        Encoder(tiny, device="cpu", runtime="onnx", precision="fast")
+
+
+def fast_variant() -> str:
+    return onnx_backend.int8_settings("auto", cpu.int8_cpu_class())["variant"]
+
+
+def test_cli_int8_variant_is_recorded_and_needs_int8(tiny_st_dir: Path, tmp_path: Path, capsys):
+    dataset = _beir_folder(tmp_path)
+    common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--device", "cpu", "--no-progress"]
+    folders = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, *folders, "--int8", "dynamic"]) == 2
+    assert "error: --int8 dynamic needs --precision int8" in capsys.readouterr().err
+    assert main([*common, *folders, "--precision", "int8", "--int8", "per-tensor"]) == 0
+    provenance = json.loads(next((tmp_path / "results").rglob("provenance.json")).read_text())
+    encoder = provenance["retrieval"]["encoder"]
+    assert encoder["label"] == "onnx int8 per-tensor" and encoder["quantization"]["per_channel"] is False
+    check = encoder["precision_check"]
+    assert check["setting"]["quantization"]["variant"] == "per-tensor" and isinstance(check["passed"], bool)
+    assert check["relative_error"] > 0 and check["reference"] == "torch fp32"
+    assert encoder["cpu"]["int8_class"] in ("vnni", "no-vnni")

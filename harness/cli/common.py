@@ -11,6 +11,7 @@ from harness.core.errors import OutputError
 from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from harness.encoding.onnx import INT8_VARIANTS
 from harness.evaluation.compare import SignificanceSettings
 from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, SCORE_PRECISIONS
 from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES
@@ -248,7 +249,14 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs; int8 with the onnx "
-        "runtime on CPUs (dynamic quantization). All but fp32 are approximate: vectors differ from fp32",
+        "runtime on CPUs (see --int8); fast: the fastest setting here whose once-per-model check passes. "
+        "All but fp32 are approximate: vectors differ from fp32, each checked once against torch fp32",
+    )
+    parser.add_argument(
+        "--int8",
+        choices=("auto", *INT8_VARIANTS),
+        help="how --precision int8 quantizes: auto (default: nbits8, the variant that passes its check) or "
+        "a named variant, e.g. dynamic (faster, further from fp32; dynamic-7bit on CPUs without VNNI)",
     )
 
 

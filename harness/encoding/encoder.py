@@ -8,6 +8,9 @@ Two model kinds, both loaded as a sentence-transformers model:
   names (mean over the attention mask, CLS, or last token) and nothing taken from the folder.
 
 run by one of three runtimes (``--runtime`` torch, onnx or exact; see ``harness.encoding.runtime``).
+An approximate precision (int8, bf16, fp16) is checked once per model against torch fp32 on a fixed
+sample, and its verdict joins the settings (the cache key); ``--precision fast`` is the fastest setting
+whose check passes.
 
 Texts are tokenized once, by the model's own ``preprocess``, a window of batches at a time: the
 window (taken from the longest-first order sentence-transformers uses) is sorted by token count and
@@ -34,7 +37,10 @@ from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
 from harness.core.protocols import Progress, TextDocument
 from harness.encoding import onnx as onnx_runtime
+from harness.encoding import runtime as runtime_choices
+from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
 from harness.encoding.runtime import (
+    FAST,
     current_torch_threads,
     pick_device,
     resolve_runtime,
@@ -90,9 +96,12 @@ class Encoder:
         precision: str | None = None,
         cache_dir: str | Path | None = None,
         threads: int | None = None,
+        int8: str = "auto",
     ):
         """``threads``: torch threads this encoder computes with (default: torch's count now). On a CPU
         that many single-threaded batches run at once; the count is recorded in ``describe``.
+        ``int8``: the quantization variant of ``--precision int8`` (``auto``: the one for this CPU;
+        see ``harness.encoding.onnx.INT8_VARIANTS``).
         """
         record = model.record
         if record.is_lexical:
@@ -113,6 +122,13 @@ class Encoder:
         self._onnx_export: dict[str, Any] | None = None
         self._active: str | None = None if self.runtime == "exact" else self.runtime
         self._exact_check: dict[str, Any] | None = None
+        runtime_choices.check_int8_option(self.dtype, int8)
+        self.int8 = int8
+        self.quantization = (
+            onnx_runtime.int8_settings(int8, int8_cpu_class()) if self.dtype == "int8" else None
+        )
+        self._precision_check: dict[str, Any] | None = None
+        self._fast: dict[str, Any] | None = None
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -120,12 +136,26 @@ class Encoder:
         """Everything that changes a vector: the record's settings plus how this run computes them.
 
         ``runtime`` is the one asked for: ``exact`` vectors equal torch fp32 whichever runtime the
-        check chose, so the choice itself is provenance (``describe``), not part of the key.
+        check chose, so the choice itself is provenance (``describe``), not part of the key. An
+        approximate precision adds its quantization settings and its check's verdict (running the check
+        if none is recorded); ``fast`` gives the settings of the setting it chose.
         """
-        return {**self.model.record.vector_settings(), "runtime": self.runtime, "precision": self.dtype}
+        self._settle_fast()
+        settings = {**self.model.record.vector_settings(), "runtime": self.runtime, "precision": self.dtype}
+        if self.quantization is not None:
+            settings["quantization"] = self.quantization
+        if self.approximate:
+            settings["check"] = "pass" if self.precision_check().get("passed") else "fail"
+        return settings
+
+    @property
+    def approximate(self) -> bool:
+        """True for a precision whose vectors differ from fp32 (int8, bf16, fp16)."""
+        return self.dtype not in ("float32", FAST)
 
     def describe(self) -> dict[str, Any]:
         """How this run computes its vectors, for provenance and the result table."""
+        self._settle_fast()
         active = self._active
         check = self._exact_check
         if self.runtime == "exact" and check is None:
@@ -142,6 +172,10 @@ class Encoder:
             "max_batch_tokens": self.max_batch_tokens,
             "batch_size": self.batch_size,
             "exact_check": check,
+            "quantization": self.quantization,
+            "precision_check": self.precision_check() if self.approximate else None,
+            "fast": self._fast,
+            "cpu": {"flags": relevant_cpu_flags(), "int8_class": int8_cpu_class()} if self.device == "cpu" else None,
             "onnx_export": {
                 key: value for key, value in (self._onnx_export or {}).items() if key != "key_inputs"
             }
@@ -149,10 +183,15 @@ class Encoder:
         }
 
     def label(self, active: str | None = None) -> str:
-        """``onnx fp32``, ``torch bf16``, ``exact (onnx) fp32``: the runtime column of a result table."""
+        """``onnx fp32``, ``exact (onnx) fp32``, ``onnx int8 dynamic-7bit``, ``fast: torch bf16``: the
+        runtime column of a result table.
+        """
         active = active or self._active
         runtime = f"exact ({active})" if self.runtime == "exact" and active else self.runtime
-        return f"{runtime} {short_precision(self.dtype)}"
+        label = f"{runtime} {short_precision(self.dtype)}"
+        if self.quantization is not None:
+            label += f" {self.quantization['variant']}"
+        return f"fast: {label}" if self._fast is not None else label
 
     @property
     def dim(self) -> int:
@@ -231,7 +270,10 @@ class Encoder:
                 yield positions[rows], _take(features, rows, columns, len(positions))
 
     def resolve_runtime(self) -> str:
-        """The runtime that computes the vectors: for ``exact``, the recorded (or now run) check's choice."""
+        """The runtime that computes the vectors: for ``exact``, the recorded (or now run) check's choice;
+        for ``fast``, the runtime of the setting it chose.
+        """
+        self._settle_fast()
         if self._active is None:
             self._exact_check = self._run_exact_check()
             self._active = self._exact_check["runtime"]
@@ -274,14 +316,15 @@ class Encoder:
         model = self.load()
         normalize = self.model.record.normalize
         autocast = self.device == "cpu" and self.dtype == "bfloat16"
-        if runtime == "onnx":
-            session = self._onnx_session()
+        onnx = runtime in ("onnx", "onnx-fused")
+        if onnx:
+            session = self._onnx_session(fused=runtime == "onnx-fused")
             tail = list(model)[1:]  # Pooling, Dense, Normalize: the model's own modules
 
         def compute(features: dict[str, Any]) -> np.ndarray:
             # inference_mode and autocast are per thread: entered here, in the thread that computes.
             with torch.inference_mode():
-                if runtime == "onnx":
+                if onnx:
                     out = {**features, "token_embeddings": torch.from_numpy(session(features))}
                     for module in tail:
                         out = module(out)
@@ -299,14 +342,22 @@ class Encoder:
 
         return compute
 
-    def _onnx_session(self):
-        if self._onnx is None:
-            graph, self._onnx_export = onnx_runtime.ensure_exported(self.load(), self.model, self.cache_dir)
+    def _onnx_session(self, fused: bool = False):
+        """The onnxruntime session: the exported graph, its int8 version, or (``fused``) its fused one."""
+        sessions = self._onnx if self._onnx is not None else {}
+        self._onnx = sessions
+        if fused not in sessions:
+            graph, export = onnx_runtime.ensure_exported(self.load(), self.model, self.cache_dir)
+            self._onnx_export = {**export, **(self._onnx_export or {})}
             if self.dtype == "int8":
-                graph, quantization = onnx_runtime.ensure_quantized(graph)
-                self._onnx_export = {**self._onnx_export, "quantization": quantization}
-            self._onnx = onnx_runtime.OnnxTransformer(graph)
-        return self._onnx
+                graph, record = onnx_runtime.ensure_quantized(graph, self.quantization)
+                self._onnx_export["quantization"] = record
+            elif fused:
+                config = transformer_config(self.load())
+                graph, record = onnx_runtime.ensure_fused(graph, config.num_attention_heads, config.hidden_size)
+                self._onnx_export["fused"] = record
+            sessions[fused] = onnx_runtime.OnnxTransformer(graph)
+        return sessions[fused]
 
     def _run_exact_check(self) -> dict[str, Any]:
         """Torch fp32 against onnx on a fixed sample, once per model (the outcome is kept in the cache)."""
@@ -316,12 +367,7 @@ class Encoder:
         if self.device != "cpu" or not onnx_runtime.onnxruntime_available():
             why = "onnxruntime is not installed" if self.device == "cpu" else "onnx runs on the CPU only"
             return {"runtime": "torch", "reason": why}
-        # Short texts as queries, long ones as documents: both prefixes and truncation are exercised.
-        texts = onnx_runtime.exact_sample_texts()
-        sample = [
-            self.query_text(text) if len(text) < 200 else self.model.record.doc_prefix + text
-            for text in texts
-        ]
+        sample = self._check_sample()
         batches = list(self._batches(sample))
 
         def runner(runtime: str) -> Callable[[], np.ndarray]:
@@ -331,10 +377,118 @@ class Encoder:
             return run
 
         log.info("checking which runtime computes %s's torch fp32 vectors fastest", self.model.record.name)
-        outcome = onnx_runtime.run_exact_check({"torch": runner("torch"), "onnx": runner("onnx")})
+        names = ("torch", "onnx", "onnx-fused")
+        outcome = onnx_runtime.run_exact_check({name: runner(name) for name in names})
         return onnx_runtime.save_exact_check(
             self.cache_dir, self.model, self.device, outcome, len(sample), self.threads
         )
+
+    def _check_sample(self) -> list[str]:
+        """The fixed sample: short texts as queries, long ones as documents (prefixes and truncation)."""
+        return [
+            self.query_text(text) if len(text) < 200 else self.model.record.doc_prefix + text
+            for text in onnx_runtime.exact_sample_texts()
+        ]
+
+    # ---- approximate precisions -------------------------------------------------------------
+
+    def check_setting(self) -> dict[str, Any]:
+        """What an approximate setting's check is about: runtime, precision, quantization."""
+        return {"runtime": self.runtime, "precision": self.dtype, "quantization": self.quantization}
+
+    def precision_check(self) -> dict[str, Any]:
+        """This approximate setting against torch fp32 on the fixed sample, run once per model and
+        recorded; a setting that fails gets a warning naming its measured error.
+        """
+        if self._precision_check is None:
+            setting = self.check_setting()
+            check = onnx_runtime.load_approximate_check(self.cache_dir, self.model, self.device, setting)
+            if check is None:
+                check = self._run_precision_check(setting)
+            self._precision_check = check
+            if not check.get("passed"):
+                log.warning(
+                    "%s moves %s's vectors by up to %s (relative L2; lowest cosine %s) against torch fp32 "
+                    "on the check sample, above the %s bound that keeps nDCG@10 within 0.001: expect "
+                    "results further from fp32 (--precision fast picks a setting that passes)",
+                    self.label(),
+                    self.model.record.name,
+                    check.get("relative_error", check.get("error")),
+                    check.get("lowest_cosine"),
+                    check.get("tolerance"),
+                )
+        return self._precision_check
+
+    def _run_precision_check(self, setting: dict[str, Any]) -> dict[str, Any]:
+        sample = self._check_sample()
+        batches = list(self._batches(sample))
+        reference = self.sibling("torch", "fp32")
+        log.info("checking %s against torch fp32 for %s", self.label(), self.model.record.name)
+        outcome = onnx_runtime.run_approximate_check(
+            lambda: self._encode_batches(self.runtime, batches, len(sample)),
+            lambda: reference._encode_batches("torch", batches, len(sample)),
+        )
+        return onnx_runtime.save_approximate_check(
+            self.cache_dir, self.model, self.device, setting, outcome, len(sample), self.threads
+        )
+
+    def sibling(self, runtime: str, precision: str) -> Encoder:
+        """An encoder of the same model, device, batching and cache with another runtime and precision
+        (sharing the loaded model where the weights are the same: always on a CPU).
+        """
+        other = Encoder(
+            self.model,
+            device=self.device,
+            batch_size=self.batch_size,
+            runtime=runtime,
+            precision=precision,
+            cache_dir=self.cache_dir,
+            threads=self.threads,
+            int8=self.int8 if precision == "int8" else "auto",
+        )
+        if self.device == "cpu" or (self.dtype == other.dtype and self._st_model is not None):
+            other._st_model = self._st_model or self.load()
+        return other
+
+    def _fast_candidates(self) -> list[tuple[str, str]]:
+        """The approximate settings ``fast`` weighs against ``exact`` on this device."""
+        import torch
+
+        if self.device == "cpu":
+            candidates = [("onnx", "int8")] if onnx_runtime.onnxruntime_available() else []
+            return candidates + ([("torch", "bf16")] if runtime_choices.cpu_has_native_bf16() else [])
+        candidates = [("torch", "fp16")]
+        if self.device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            candidates.append(("torch", "bf16"))
+        return candidates
+
+    def _settle_fast(self) -> None:
+        """For ``--precision fast``: run (or read) the exact check and every candidate's check, and
+        become the fastest setting that passes. A no-op for every other precision.
+        """
+        if self.dtype != FAST:
+            return
+        exact = self.sibling("exact", "fp32")
+        exact.resolve_runtime()
+        checks: dict[str, dict[str, Any]] = {}
+        siblings: dict[str, Encoder] = {"exact": exact}
+        for runtime, precision in self._fast_candidates():
+            candidate = self.sibling(runtime, precision)
+            siblings[candidate.label()] = candidate
+            checks[candidate.label()] = candidate.precision_check()
+        choice = onnx_runtime.choose_fast(exact._exact_check or {}, checks)
+        chosen = siblings[choice["chosen"]]
+        log.info("--precision fast for %s: %s", self.model.record.name, chosen.label())
+        self._adopt(chosen)
+        self._fast = choice
+
+    def _adopt(self, chosen: Encoder) -> None:
+        """Compute exactly as ``chosen`` does (its runtime, precision, checks and loaded state)."""
+        for name in (
+            "runtime", "dtype", "quantization", "_active", "_exact_check", "_precision_check",
+            "_st_model", "_onnx", "_onnx_export",
+        ):  # fmt: skip
+            setattr(self, name, getattr(chosen, name))
 
     # ---- loading ----------------------------------------------------------------------------
 
@@ -400,6 +554,11 @@ class Encoder:
                 _check_against_folder(model, record)
         model.eval()
         return model
+
+
+def transformer_config(st_model):
+    """The transformers config of a sentence-transformers model's first (transformer) module."""
+    return onnx_runtime.transformer_module(st_model).auto_model.config
 
 
 def _st_modules():

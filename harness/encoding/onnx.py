@@ -11,9 +11,12 @@ and loader, the opset, and the torch/transformers versions that produced the gra
     <cache>/onnx/<model-slug>__<key16>/
         model.onnx         the graph (renamed into place only when complete)
         export.json        key inputs, input names, seconds (written last: "finished")
-        model-int8.onnx    ``--precision int8``: the graph with weights quantized (``ensure_quantized``)
-        int8.json          how it was quantized, by which onnxruntime (written last)
-        exact-check.json   the ``exact`` runtime's check for this model (see ``exact_check``)
+        model-int8-<key>.onnx   ``--precision int8``: weights quantized one way (``ensure_quantized``)
+        int8-<key>.json         how it was quantized, by which onnxruntime (written last)
+        model-fused-<key>.onnx  fp32 with onnxruntime's transformer fusions (``ensure_fused``)
+        fused-<key>.json        the fusion settings and what got fused
+        exact-check.json        the ``exact`` runtime's check for this model (see ``run_exact_check``)
+        check-<setting>.json    an approximate setting's check against torch fp32 (``run_approximate_check``)
 
 The ``exact`` check runs once per model: the torch fp32 and ONNX vectors of a fixed sample of texts
 are compared and timed, and ``exact`` then means the fastest runtime whose vectors equal torch fp32
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -39,6 +43,7 @@ from harness.core.artifacts import CorruptArtifact, check_files, record_files
 from harness.core.cache import EXACT_CHECK, EXPORT_RECORD, CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, read_json_or_none
+from harness.encoding.cpu import int8_cpu_class
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,13 @@ OPSET = 17
 # Largest relative L2 error ||v_onnx - v_torch|| / ||v_torch|| over the sample for ``exact``. ONNX
 # Runtime fp32 is ~1e-6 on MiniLM; bf16 is ~1e-2, so the two are far apart.
 EXACT_TOLERANCE = 1e-5
-EXACT_CHECK_FORMAT = 1
+EXACT_CHECK_FORMAT = 2
+APPROXIMATE_CHECK_FORMAT = 1
+# An approximate setting (int8, bf16, fp16) passes its check when no sample vector moves further than
+# this from torch fp32 (relative L2; for unit vectors 0.04 is a cosine of 0.9992). MiniLM on scifact:
+# int8 settings that moved the sample by 0.031 kept nDCG@10 within 0.001 of fp32; those that moved it
+# by 0.105 to 0.144 moved nDCG@10 by up to 0.0037, either way (see the README's table).
+APPROXIMATE_TOLERANCE = 0.04
 # Another runtime replaces the reference only when this much faster on the sample: on a near-tie the
 # reference's own vectors win, and timing noise on a busy machine does not flip the choice.
 EXACT_MIN_SPEEDUP = 1.1
@@ -250,42 +261,83 @@ def _export(st_model, folder: Path, graph: Path) -> dict[str, Any]:
 # int8
 # --------------------------------------------------------------------------------------------
 
-# onnxruntime's dynamic quantization: int8 weights with one scale per output channel, activations
-# quantized per batch at run time, only MatMuls with a constant weight (the attention products of
-# two activations stay fp32). Per-tensor weight scales move MiniLM's vectors by 45% (relative L2);
-# per-channel by 13%, which on scifact leaves nDCG@10 within 0.001 of fp32 (see the README).
-INT8_SETTINGS: dict[str, Any] = {
+# onnxruntime's dynamic quantization: int8 weights, activations quantized per batch at run time, only
+# MatMuls with a constant weight (the attention products of two activations stay fp32). The variants:
+#   dynamic          every weight MatMul int8, one weight scale per output channel, 8-bit weights: for
+#                    CPUs with an int8 dot product
+#   dynamic-7bit     the same with 7-bit weights (``reduce_range``): for CPUs without one, whose 16-bit
+#                    pair sums saturate on 8-bit weights (ONNX Runtime's advice)
+#   ffn32, ffn32-7bit  the same, leaving each layer's feed-forward output product in fp32: its input,
+#                    after GELU, has the outlier activations that one activation scale per batch
+#                    quantizes worst (MiniLM on a scifact sample: the largest vector error 0.124 -> 0.091;
+#                    no other product moves it more than 0.01). A third of the weights stay fp32.
+#   per-tensor       one scale per weight matrix: deliberately poor (MiniLM moves by ~45%)
+# and onnxruntime's MatMulNBits with 8-bit weights, one scale per block of 32 (or 128) input rows, at
+# accuracy level 4: the activations are quantized to int8 per block of each row too, not one scale per
+# batch, so an outlier token or channel costs only its own block (MiniLM on a scifact sample: largest
+# vector error 0.033, against 0.124 for ``dynamic``, at ~80% of its speed):
+#   nbits8, nbits8-b128
+# ``keep_fp32`` holds regular expressions of the node names left in fp32 (BERT-style exports).
+_DYNAMIC: dict[str, Any] = {
     "method": "quantize_dynamic",
     "weight_type": "QInt8",
     "per_channel": True,
     "reduce_range": False,
+    "keep_fp32": [],
     "extra_options": {"MatMulConstBOnly": True},
 }
+_FFN_OUTPUT = r"layer\.\d+/output/dense/"
+INT8_VARIANTS: dict[str, dict[str, Any]] = {
+    "dynamic": _DYNAMIC,
+    "dynamic-7bit": {**_DYNAMIC, "reduce_range": True},
+    "ffn32": {**_DYNAMIC, "keep_fp32": [_FFN_OUTPUT]},
+    "ffn32-7bit": {**_DYNAMIC, "reduce_range": True, "keep_fp32": [_FFN_OUTPUT]},
+    "per-tensor": {**_DYNAMIC, "per_channel": False},
+    "nbits8": {"method": "matmul_nbits", "bits": 8, "block_size": 32, "symmetric": True, "accuracy_level": 4, "keep_fp32": []},
+    "nbits8-b128": {"method": "matmul_nbits", "bits": 8, "block_size": 128, "symmetric": True, "accuracy_level": 4, "keep_fp32": []},
+}
+# The variant ``--precision int8`` uses on each CPU class (``harness.encoding.cpu.int8_cpu_class``).
+# nbits8 on both: its s8 x s8 blocks cannot saturate 16-bit pair sums (|127 * 127 * 2| < 2^15), so it
+# needs no 7-bit weights without VNNI; ``dynamic`` without VNNI needs ``dynamic-7bit``.
+INT8_DEFAULT_VARIANT = {"vnni": "nbits8", "no-vnni": "nbits8"}
 
 
-def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
-    """The int8 version of an exported graph, quantized once and kept beside it."""
+def int8_settings(variant: str, cpu_class: str) -> dict[str, Any]:
+    """The quantization settings of an int8 ``variant`` (``auto``: the one for ``cpu_class``)."""
+    name = INT8_DEFAULT_VARIANT.get(cpu_class, "nbits8") if variant == "auto" else variant
+    if name not in INT8_VARIANTS:
+        raise HarnessError(f"unknown int8 variant {variant!r} (use auto, {', '.join(INT8_VARIANTS)})")
+    return {"variant": name, **INT8_VARIANTS[name]}
+
+
+def _nodes_kept_fp32(graph: Path, patterns: list[str]) -> list[str]:
+    if not patterns:
+        return []
+    import onnx
+
+    nodes = onnx.load(str(graph), load_external_data=False).graph.node
+    return [node.name for node in nodes if any(re.search(pattern, node.name) for pattern in patterns)]
+
+
+def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The int8 version of an exported graph with ``settings`` (``int8_settings``), quantized once and
+    kept beside it under a name keyed by the settings, the source graph and the quantizer's version.
+    """
     folder = graph.parent
-    quantized, record_path = folder / "model-int8.onnx", folder / "int8.json"
-    wanted = {**INT8_SETTINGS, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
+    wanted = {**settings, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
+    key = digest_of(wanted)[:16]
+    quantized, record_path = folder / f"model-int8-{key}.onnx", folder / f"int8-{key}.json"
     record = read_json_or_none(record_path)
     if quantized.is_file() and record is not None and record.get("settings") == wanted:
         return quantized, record
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     started = time.perf_counter()
+    kept = _nodes_kept_fp32(graph, settings["keep_fp32"])
     partial = folder / f".model-int8-{os.getpid()}.onnx.tmp"
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)  # the quantizer advises "pre-processing" at WARNING on every call
     try:
-        quantize_dynamic(
-            str(graph),
-            str(partial),
-            weight_type=getattr(QuantType, INT8_SETTINGS["weight_type"]),
-            per_channel=INT8_SETTINGS["per_channel"],
-            reduce_range=INT8_SETTINGS["reduce_range"],
-            extra_options=dict(INT8_SETTINGS["extra_options"]),
-        )
+        quantize = _quantize_nbits if settings["method"] == "matmul_nbits" else _quantize_dynamic
+        quantize(graph, partial, settings, kept)
         os.replace(partial, quantized)
     except Exception as error:
         text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
@@ -295,13 +347,115 @@ def ensure_quantized(graph: Path) -> tuple[Path, dict[str, Any]]:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
     record = {
+        "key": key,
         "settings": wanted,
+        "kept_fp32": len(kept),
         "bytes": quantized.stat().st_size,
         "seconds": round(time.perf_counter() - started, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     atomic_write_json(record_path, record)
     return quantized, record
+
+
+def _quantize_dynamic(graph: Path, target: Path, settings: dict[str, Any], kept: list[str]) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(graph),
+        str(target),
+        weight_type=getattr(QuantType, settings["weight_type"]),
+        per_channel=settings["per_channel"],
+        reduce_range=settings["reduce_range"],
+        nodes_to_exclude=kept,
+        extra_options=dict(settings["extra_options"]),
+    )
+
+
+def _quantize_nbits(graph: Path, target: Path, settings: dict[str, Any], kept: list[str]) -> None:
+    import onnx
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    options = {
+        "bits": settings["bits"],
+        "block_size": settings["block_size"],
+        "is_symmetric": settings["symmetric"],
+        "accuracy_level": settings["accuracy_level"],
+    }
+    quantizer = nbits.MatMulNBitsQuantizer(
+        onnx.load(str(graph)),
+        nodes_to_exclude=kept,
+        algo_config=nbits.DefaultWeightOnlyQuantConfig(**options),
+        **options,
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(target), False)
+
+
+# --------------------------------------------------------------------------------------------
+# fp32 with onnxruntime's transformer fusions
+# --------------------------------------------------------------------------------------------
+
+# onnxruntime's transformer optimizer fuses each layer's attention into one Attention kernel (no
+# padded-key work beyond the mask), LayerNorm + residual into SkipLayerNormalization, and bias + GELU
+# into BiasGelu. The exact erf GELU is kept (no tanh approximation), so the vectors stay fp32-equal;
+# the exact check times this graph as a third candidate and records whether it wins on this machine.
+FUSION_SETTINGS: dict[str, Any] = {"model_type": "bert", "opt_level": 0, "gelu_approximation": False}
+
+
+def ensure_fused(graph: Path, num_heads: int, hidden_size: int) -> tuple[Path, dict[str, Any]]:
+    """The fused fp32 version of an exported graph, optimized once and kept beside it (keyed)."""
+    folder = graph.parent
+    wanted = {
+        **FUSION_SETTINGS,
+        "num_heads": num_heads,
+        "hidden_size": hidden_size,
+        "onnxruntime": _version("onnxruntime"),
+        "source_bytes": graph.stat().st_size,
+    }
+    key = digest_of(wanted)[:16]
+    fused, record_path = folder / f"model-fused-{key}.onnx", folder / f"fused-{key}.json"
+    record = read_json_or_none(record_path)
+    if fused.is_file() and record is not None and record.get("settings") == wanted:
+        return fused, record
+    started = time.perf_counter()
+    partial = folder / f".model-fused-{os.getpid()}.onnx.tmp"
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # the optimizer reports every fusion it could not apply
+    try:
+        from onnxruntime.transformers import optimizer
+        from onnxruntime.transformers.fusion_options import FusionOptions
+
+        options = FusionOptions(FUSION_SETTINGS["model_type"])
+        options.enable_gelu_approximation = FUSION_SETTINGS["gelu_approximation"]
+        optimized = optimizer.optimize_model(
+            str(graph),
+            model_type=FUSION_SETTINGS["model_type"],
+            num_heads=num_heads,
+            hidden_size=hidden_size,
+            optimization_options=options,
+            opt_level=FUSION_SETTINGS["opt_level"],
+            use_gpu=False,
+        )
+        fusions = {name: count for name, count in optimized.get_fused_operator_statistics().items() if count}
+        optimized.save_model_to_file(str(partial))
+        os.replace(partial, fused)
+    except Exception as error:
+        text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+        raise HarnessError(f"could not fuse {graph} with onnxruntime's transformer optimizer: {text}") from error
+    finally:
+        logging.disable(previous)
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    record = {
+        "key": key,
+        "settings": wanted,
+        "fusions": fusions,
+        "seconds": round(time.perf_counter() - started, 3),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_json(record_path, record)
+    return fused, record
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,6 +549,7 @@ def check_environment(device: str) -> dict[str, Any]:
     """
     return {
         "device": device.split(":")[0],
+        "cpu": int8_cpu_class() if device == "cpu" else None,
         "onnxruntime": _version("onnxruntime"),
         "torch": _version("torch"),
     }
@@ -410,26 +565,38 @@ def load_exact_check(cache_dir: str | Path, model, device: str) -> dict[str, Any
     return record
 
 
+def _row_errors(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    norms = np.maximum(np.linalg.norm(reference, axis=1), np.finfo(np.float32).tiny)
+    return np.linalg.norm(candidate - reference, axis=1) / norms
+
+
 def relative_error(candidate: np.ndarray, reference: np.ndarray) -> float:
     """max over rows of ||candidate - reference|| / ||reference||."""
-    norms = np.maximum(np.linalg.norm(reference, axis=1), np.finfo(np.float32).tiny)
-    return float((np.linalg.norm(candidate - reference, axis=1) / norms).max())
+    return float(_row_errors(candidate, reference).max())
 
 
-def run_exact_check(
-    runners: dict[str, Callable[[], np.ndarray]],
-    *,
-    reference: str = "torch",
-    repeats: int = 2,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, Any]:
-    """Time each runner on the sample (interleaved, best of ``repeats``) and compare it to the reference;
-    choose the fastest runner whose vectors equal the reference's, the reference unless another is at
-    least ``EXACT_MIN_SPEEDUP`` times faster.
+def agreement(candidate: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """How far ``candidate`` rows are from ``reference`` rows: largest and mean relative L2 error, and
+    the lowest cosine similarity of a row pair.
+    """
+    errors = _row_errors(candidate, reference)
+    tiny = np.finfo(np.float32).tiny
+    cosines = (candidate * reference).sum(axis=1) / np.maximum(
+        np.linalg.norm(candidate, axis=1) * np.linalg.norm(reference, axis=1), tiny
+    )
+    return {
+        "relative_error": round(float(errors.max()), 6),
+        "mean_relative_error": round(float(errors.mean()), 6),
+        "lowest_cosine": round(float(cosines.min()), 6),
+    }
 
-    The first round is a warm-up and is not timed (it exports the model, builds sessions and kernels).
-    A runner that raises a ``HarnessError`` (e.g. an export that fails) is recorded as not usable.
-    Returns ``{"runtime": chosen, "candidates": {name: {seconds, relative_error, equal, error}}}``.
+
+def _timed_rounds(
+    runners: dict[str, Callable[[], np.ndarray]], repeats: int, clock: Callable[[], float]
+) -> tuple[dict[str, dict[str, Any]], dict[str, np.ndarray]]:
+    """Run every runner ``repeats + 1`` times, interleaved; the first round is an untimed warm-up (it
+    exports, quantizes, builds sessions). ``({name: {seconds | error}}, {name: vectors})``; a runner
+    that raises a ``HarnessError`` is recorded with its error and not run again.
     """
     results: dict[str, dict[str, Any]] = {name: {"seconds": None} for name in runners}
     vectors: dict[str, np.ndarray] = {}
@@ -448,6 +615,25 @@ def run_exact_check(
                 continue
             best = results[name]["seconds"]
             results[name]["seconds"] = round(seconds if best is None else min(best, seconds), 4)
+    return results, vectors
+
+
+def run_exact_check(
+    runners: dict[str, Callable[[], np.ndarray]],
+    *,
+    reference: str = "torch",
+    repeats: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time each runner on the sample (interleaved, best of ``repeats``) and compare it to the reference;
+    choose the fastest runner whose vectors equal the reference's, the reference unless another is at
+    least ``EXACT_MIN_SPEEDUP`` times faster.
+
+    Timed by ``_timed_rounds`` (a first, untimed warm-up round); a runner that raises a ``HarnessError``
+    (e.g. an export that fails) is recorded as not usable.
+    Returns ``{"runtime": chosen, "candidates": {name: {seconds, relative_error, equal, error}}}``.
+    """
+    results, vectors = _timed_rounds(runners, repeats, clock)
     if reference not in vectors:
         raise HarnessError(f"the exact check could not run the {reference} reference: {results[reference]}")
     for name, result in results.items():
@@ -487,3 +673,111 @@ def save_exact_check(
     }
     atomic_write_json(exact_check_path(cache_dir, model), record)
     return record
+
+
+# --------------------------------------------------------------------------------------------
+# The check of an approximate setting
+# --------------------------------------------------------------------------------------------
+
+
+def approximate_check_path(cache_dir: str | Path, model, setting: dict[str, Any]) -> Path:
+    """Where the check of ``setting`` (runtime, precision, quantization) for ``model`` is kept."""
+    name = f"check-{setting['runtime']}-{setting['precision']}-{digest_of(setting)[:12]}.json"
+    return export_folder(cache_dir, model)[0] / name
+
+
+def run_approximate_check(
+    candidate: Callable[[], np.ndarray],
+    reference: Callable[[], np.ndarray],
+    *,
+    repeats: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Time an approximate setting against torch fp32 on the sample (interleaved, best of ``repeats``)
+    and measure how far its vectors move: it passes when no vector moves more than
+    ``APPROXIMATE_TOLERANCE`` (relative L2). ``speedup`` is the reference's seconds over its own.
+    """
+    results, vectors = _timed_rounds({"reference": reference, "candidate": candidate}, repeats, clock)
+    if "reference" not in vectors:
+        raise HarnessError(f"the precision check could not run torch fp32: {results['reference'].get('error')}")
+    if "candidate" not in vectors:
+        return {"passed": False, "error": results["candidate"]["error"], "tolerance": APPROXIMATE_TOLERANCE}
+    measured = agreement(vectors["candidate"], vectors["reference"])
+    seconds = {name: result["seconds"] for name, result in results.items()}
+    return {
+        **measured,
+        "tolerance": APPROXIMATE_TOLERANCE,
+        "passed": bool(measured["relative_error"] <= APPROXIMATE_TOLERANCE),
+        "seconds": seconds,
+        "speedup": round(seconds["reference"] / max(seconds["candidate"], 1e-9), 3),
+    }
+
+
+def load_approximate_check(
+    cache_dir: str | Path, model, device: str, setting: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The recorded check of ``setting`` for this model, device kind and library versions, if any."""
+    record = read_json_or_none(approximate_check_path(cache_dir, model, setting))
+    if record is None or record.get("format") != APPROXIMATE_CHECK_FORMAT:
+        return None
+    if record.get("environment") != check_environment(device) or record.get("setting") != setting:
+        return None
+    if record.get("tolerance") != APPROXIMATE_TOLERANCE:  # judged by another bound: check again
+        return None
+    return record
+
+
+def save_approximate_check(
+    cache_dir: str | Path,
+    model,
+    device: str,
+    setting: dict[str, Any],
+    outcome: dict[str, Any],
+    sample_size: int,
+    threads: int,
+) -> dict[str, Any]:
+    record = {
+        "format": APPROXIMATE_CHECK_FORMAT,
+        "model": model.record.name,
+        "environment": check_environment(device),
+        "setting": setting,
+        "reference": "torch fp32",
+        "threads": threads,
+        "sample_size": sample_size,
+        **outcome,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_json(approximate_check_path(cache_dir, model, setting), record)
+    return record
+
+
+def exact_speedup(check: dict[str, Any]) -> float:
+    """How much faster than torch fp32 the ``exact`` check's choice ran on the sample (1.0 if torch)."""
+    candidates = check.get("candidates") or {}
+    torch_seconds = (candidates.get("torch") or {}).get("seconds")
+    chosen_seconds = (candidates.get(check.get("runtime")) or {}).get("seconds")
+    if not torch_seconds or not chosen_seconds:
+        return 1.0
+    return round(torch_seconds / chosen_seconds, 3)
+
+
+def choose_fast(exact: dict[str, Any], approximate: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``--precision fast``: the setting with the largest speedup over torch fp32 among ``exact`` and
+    the approximate settings whose check passed; an approximate one must beat ``exact`` by
+    ``EXACT_MIN_SPEEDUP`` (on a near-tie exact vectors win). ``{"chosen", "candidates"}``.
+    """
+    candidates = {"exact": {"speedup": exact_speedup(exact), "passed": True}}
+    for name, check in approximate.items():
+        candidates[name] = {
+            "speedup": check.get("speedup"),
+            "passed": bool(check.get("passed")),
+            "relative_error": check.get("relative_error"),
+        }
+    best = "exact"
+    for name, candidate in candidates.items():
+        if name == "exact" or not candidate["passed"] or not candidate["speedup"]:
+            continue
+        bar = candidates[best]["speedup"] * (EXACT_MIN_SPEEDUP if best == "exact" else 1.0)
+        if candidate["speedup"] > bar:
+            best = name
+    return {"chosen": best, "min_speedup": EXACT_MIN_SPEEDUP, "candidates": candidates}

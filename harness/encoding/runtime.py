@@ -6,8 +6,14 @@ Three runtimes (part of the cache key):
   or on GPUs; fp16 on GPUs).
 * ``onnx``: the transformer exported once with ``torch.onnx`` and run by onnxruntime
   (``harness.encoding.onnx``). fp32, or int8 (dynamic quantization; approximate).
-* ``exact`` (the default): the fastest of the two whose vectors equal torch fp32 within a tight
-  tolerance, decided once per model by a recorded check on a fixed sample.
+* ``exact`` (the default): the fastest of them (torch, onnx, onnx with onnxruntime's fused transformer
+  graph) whose vectors equal torch fp32 within a tight tolerance, decided once per model by a recorded
+  check on a fixed sample.
+
+``--precision fast`` picks no runtime itself: it is the fastest setting on this machine (exact fp32,
+onnx int8, bf16 where native) whose once-per-model check passes (see ``harness.encoding.onnx``).
+int8 is quantized for the CPU it runs on (``int8_cpu_class``): without a VNNI/AMX int8 dot product,
+ONNX Runtime's u8 x s8 kernels sum pairs in 16 bits, which saturate unless weights keep 7 bits.
 
 Thread counts are process-wide settings in torch and in the tokenizers library; they are changed
 only through the context managers here, which give the previous value back on the way out.
@@ -21,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.encoding.cpu import cpu_flags
 from harness.encoding.onnx import require_onnxruntime
 from harness.models.registry import PRECISIONS, RUNTIMES
 from harness.models.resolve import ResolvedModel
@@ -28,7 +35,9 @@ from harness.models.resolve import ResolvedModel
 DEFAULT_RUNTIME = "exact"
 # ``--precision`` names -> torch dtype names (the names used in settings).
 # ``int8`` is not a torch dtype: it names onnxruntime's dynamically quantized graph.
-_DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
+# ``fast`` is no dtype either: it names the choice among the others that the precision check makes.
+FAST = "fast"
+_DTYPE_OF = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8", FAST: FAST}
 _SHORT_OF = {dtype: short for short, dtype in _DTYPE_OF.items()}
 # The tokenizers library sizes its (Rayon) thread pool from this variable when the pool first starts.
 TOKENIZER_THREADS_VARIABLE = "RAYON_NUM_THREADS"
@@ -128,17 +137,7 @@ def cpu_has_native_bf16() -> bool:
         check = getattr(torch.cpu, probe, None)
         if check is not None and check():
             return True
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = {
-                word
-                for line in handle
-                if line.lower().startswith(("flags", "features"))
-                for word in line.split()
-            }
-    except OSError:
-        return False
-    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def precision_dtype(precision: str) -> str:
@@ -156,7 +155,7 @@ def check_precision(dtype: str, device: str) -> None:
     import torch
 
     short = _SHORT_OF[dtype]
-    if dtype in ("float32", "int8"):  # int8 is onnx's, which resolve_runtime keeps on the CPU
+    if dtype in ("float32", "int8", FAST):  # int8 is onnx's, kept on the CPU; fast picks what runs here
         return
     if device.startswith("cuda"):
         if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
@@ -186,11 +185,16 @@ def resolve_runtime(
 ) -> tuple[str, str]:
     """``(runtime, dtype)`` from the arguments, else the record's defaults, else ``exact`` fp32.
 
-    Asking for bf16/fp16 without a runtime means torch, int8 means onnx (``exact`` is fp32 only).
+    Asking for bf16/fp16 without a runtime means torch, int8 means onnx (``exact`` is fp32 only);
+    ``fast`` comes back as ``(fast, fast)``: the encoder's precision check picks both.
     """
     record = model.record
     precision = precision or record.precision
     dtype = precision_dtype(precision) if precision else "float32"
+    if dtype == FAST:
+        if runtime:
+            raise HarnessError(f"--precision fast chooses the runtime too; drop --runtime {runtime}")
+        return FAST, FAST
     chosen = (runtime or record.runtime or "").strip().lower()
     if not chosen:
         chosen = {"float32": DEFAULT_RUNTIME, "int8": "onnx"}.get(dtype, "torch")
@@ -220,7 +224,14 @@ def _check_runtime_precision(runtime: str, dtype: str) -> None:
         raise HarnessError("--runtime torch has no int8; use --runtime onnx --precision int8")
 
 
+def check_int8_option(dtype: str, int8: str | None) -> None:
+    """An int8 variant is only meaningful with ``--precision int8`` (or ``fast``, which may pick int8)."""
+    if int8 not in (None, "auto") and dtype not in ("int8", FAST):
+        raise HarnessError(f"--int8 {int8} needs --precision int8 (this run computes {_SHORT_OF[dtype]})")
+
+
 def check_encoder_options(model: ResolvedModel, device: str | None, options: dict[str, Any]) -> None:
     """Refuse a runtime/precision the device cannot run, before any work (no-op for BM25 models)."""
     if not model.record.is_lexical:
-        resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+        _, dtype = resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+        check_int8_option(dtype, options.get("int8"))

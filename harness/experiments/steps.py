@@ -137,6 +137,7 @@ class PipelineOptions(StepOptions):
     no_progress: bool = False
     runtime: str | None = None
     precision: str | None = None
+    int8: str | None = None
     workers: int | None = None
     devices: str | None = None
     executor: str = "local"

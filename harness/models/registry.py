@@ -29,7 +29,7 @@ POOLINGS = ("mean", "cls", "last")
 SIMILARITIES = ("dot", "cosine")
 # How the forward pass runs (``--runtime``) and in what precision (``--precision``); see harness.encoding.runtime.
 RUNTIMES = ("torch", "onnx", "exact")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8", "fast")
 
 _REQUIRED_DENSE = ("model_id", "pooling", "normalize", "similarity", "max_length")
 _ALLOWED = {"kind": KINDS, "similarity": SIMILARITIES, "runtime": RUNTIMES, "precision": PRECISIONS}
