@@ -319,29 +319,32 @@ def _nodes_kept_fp32(graph: Path, patterns: list[str]) -> list[str]:
     return [node.name for node in nodes if any(re.search(pattern, node.name) for pattern in patterns)]
 
 
-def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
-    """The int8 version of an exported graph with ``settings`` (``int8_settings``), quantized once and
-    kept beside it under a name keyed by the settings, the source graph and the quantizer's version.
+def _derived_graph(
+    graph: Path, kind: str, wanted: dict[str, Any], build: Callable[[Path], dict[str, Any]], failure: str
+) -> tuple[Path, dict[str, Any]]:
+    """A graph derived from the exported ``graph`` once and kept beside it as ``model-<kind>-<key>.onnx``
+    with its record ``<kind>-<key>.json``, keyed by ``wanted``.
+
+    ``build(target)`` writes the derived graph to ``target`` and returns the record's own fields; it runs
+    with library warnings muted (quantizer and optimizer chatter), into a temporary file renamed in place,
+    and any error becomes one line starting with ``failure``.
     """
     folder = graph.parent
-    wanted = {**settings, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
     key = digest_of(wanted)[:16]
-    quantized, record_path = folder / f"model-int8-{key}.onnx", folder / f"int8-{key}.json"
+    derived, record_path = folder / f"model-{kind}-{key}.onnx", folder / f"{kind}-{key}.json"
     record = read_json_or_none(record_path)
-    if quantized.is_file() and record is not None and record.get("settings") == wanted:
-        return quantized, record
+    if derived.is_file() and record is not None and record.get("settings") == wanted:
+        return derived, record
     started = time.perf_counter()
-    kept = _nodes_kept_fp32(graph, settings["keep_fp32"])
-    partial = folder / f".model-int8-{os.getpid()}.onnx.tmp"
+    partial = folder / f".model-{kind}-{os.getpid()}.onnx.tmp"
     previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)  # the quantizer advises "pre-processing" at WARNING on every call
+    logging.disable(logging.WARNING)
     try:
-        quantize = _quantize_nbits if settings["method"] == "matmul_nbits" else _quantize_dynamic
-        quantize(graph, partial, settings, kept)
-        os.replace(partial, quantized)
+        fields = build(partial)
+        os.replace(partial, derived)
     except Exception as error:
         text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
-        raise HarnessError(f"could not quantize {graph} to int8: {text}") from error
+        raise HarnessError(f"{failure}: {text}") from error
     finally:
         logging.disable(previous)
         with contextlib.suppress(FileNotFoundError):
@@ -349,13 +352,27 @@ def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[
     record = {
         "key": key,
         "settings": wanted,
-        "kept_fp32": len(kept),
-        "bytes": quantized.stat().st_size,
+        **fields,
         "seconds": round(time.perf_counter() - started, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     atomic_write_json(record_path, record)
-    return quantized, record
+    return derived, record
+
+
+def ensure_quantized(graph: Path, settings: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The int8 version of an exported graph with ``settings`` (``int8_settings``), quantized once and
+    kept beside it under a name keyed by the settings, the source graph and the quantizer's version.
+    """
+    wanted = {**settings, "onnxruntime": _version("onnxruntime"), "source_bytes": graph.stat().st_size}
+
+    def quantize(target: Path) -> dict[str, Any]:
+        kept = _nodes_kept_fp32(graph, settings["keep_fp32"])
+        method = _quantize_nbits if settings["method"] == "matmul_nbits" else _quantize_dynamic
+        method(graph, target, settings, kept)
+        return {"kept_fp32": len(kept), "bytes": target.stat().st_size}
+
+    return _derived_graph(graph, "int8", wanted, quantize, f"could not quantize {graph} to int8")
 
 
 def _quantize_dynamic(graph: Path, target: Path, settings: dict[str, Any], kept: list[str]) -> None:
@@ -405,7 +422,6 @@ FUSION_SETTINGS: dict[str, Any] = {"model_type": "bert", "opt_level": 0, "gelu_a
 
 def ensure_fused(graph: Path, num_heads: int, hidden_size: int) -> tuple[Path, dict[str, Any]]:
     """The fused fp32 version of an exported graph, optimized once and kept beside it (keyed)."""
-    folder = graph.parent
     wanted = {
         **FUSION_SETTINGS,
         "num_heads": num_heads,
@@ -413,16 +429,8 @@ def ensure_fused(graph: Path, num_heads: int, hidden_size: int) -> tuple[Path, d
         "onnxruntime": _version("onnxruntime"),
         "source_bytes": graph.stat().st_size,
     }
-    key = digest_of(wanted)[:16]
-    fused, record_path = folder / f"model-fused-{key}.onnx", folder / f"fused-{key}.json"
-    record = read_json_or_none(record_path)
-    if fused.is_file() and record is not None and record.get("settings") == wanted:
-        return fused, record
-    started = time.perf_counter()
-    partial = folder / f".model-fused-{os.getpid()}.onnx.tmp"
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)  # the optimizer reports every fusion it could not apply
-    try:
+
+    def fuse(target: Path) -> dict[str, Any]:
         from onnxruntime.transformers import optimizer
         from onnxruntime.transformers.fusion_options import FusionOptions
 
@@ -438,24 +446,11 @@ def ensure_fused(graph: Path, num_heads: int, hidden_size: int) -> tuple[Path, d
             use_gpu=False,
         )
         fusions = {name: count for name, count in optimized.get_fused_operator_statistics().items() if count}
-        optimized.save_model_to_file(str(partial))
-        os.replace(partial, fused)
-    except Exception as error:
-        text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
-        raise HarnessError(f"could not fuse {graph} with onnxruntime's transformer optimizer: {text}") from error
-    finally:
-        logging.disable(previous)
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
-    record = {
-        "key": key,
-        "settings": wanted,
-        "fusions": fusions,
-        "seconds": round(time.perf_counter() - started, 3),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    atomic_write_json(record_path, record)
-    return fused, record
+        optimized.save_model_to_file(str(target))
+        return {"fusions": fusions}
+
+    failure = f"could not fuse {graph} with onnxruntime's transformer optimizer"
+    return _derived_graph(graph, "fused", wanted, fuse, failure)
 
 
 # --------------------------------------------------------------------------------------------
