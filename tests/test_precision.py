@@ -294,13 +294,18 @@ def test_int8_settings_follow_the_cpu_class():
         onnx_backend.int8_settings("int4", "vnni")
 
 
-def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Path, caplog):
+def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Path, caplog, monkeypatch):
     model = resolve_record(_tiny_record(skewed_bert_dir))
     good, poor = _int8(model, tmp_path, "auto"), _int8(model, tmp_path, "per-tensor")  # auto: this CPU's
+    # A bound between the two settings' errors on this tiny model: the check tells them apart. (Under
+    # the shipped bound, 0.005, every int8 setting fails; the next test checks that verdict.)
+    monkeypatch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 0.06)
     with caplog.at_level("WARNING"):
         good_check, poor_check = good.precision_check(), poor.precision_check()
     assert good_check["passed"] is True and poor_check["passed"] is False
-    assert good_check["relative_error"] <= onnx_backend.APPROXIMATE_TOLERANCE < poor_check["relative_error"]
+    assert good_check["relative_error"] < 0.06 < poor_check["relative_error"]
+    assert poor_check["relative_error"] > 3 * good_check["relative_error"]  # per-tensor is far worse
+    assert poor_check["tolerance"] == 0.06
     assert poor_check["lowest_cosine"] < good_check["lowest_cosine"] <= 1.0
     assert poor_check["reference"] == "torch fp32" and poor_check["sample_size"] == 32
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
@@ -335,14 +340,14 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
         assert described["label"] == f"onnx int8 {name}"
     manifest = json.loads((entries["dynamic-7bit"].directory / "manifest.json").read_text())
     assert manifest["key_inputs"]["settings"]["quantization"]["reduce_range"] is True
-    assert encoders["per-tensor"].settings()["check"] == "fail" and encoders["nbits8"].settings()["check"] == "pass"
-    # A stricter bound flips the verdict: the check runs again and the vectors get a new key.
+    assert encoders["per-tensor"].settings()["check"] == "fail" and encoders["nbits8"].settings()["check"] == "fail"
+    # Another bound changes the verdict: the check runs again and the vectors get a new key.
     before = entries["nbits8"].key
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 1e-6)
-        stricter = _int8(model, tmp_path / "cache", "nbits8")
-        assert stricter.settings()["check"] == "fail"
-        assert cache.corpus(dataset, stricter, shard_size=8, progress=False).key != before
+        patch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 0.06)
+        looser = _int8(model, tmp_path / "cache", "nbits8")
+        assert looser.settings()["check"] == "pass"
+        assert cache.corpus(dataset, looser, shard_size=8, progress=False).key != before
 
 
 def test_choose_fast_takes_the_fastest_passing_setting():
@@ -359,13 +364,18 @@ def test_choose_fast_takes_the_fastest_passing_setting():
     assert onnx_backend.choose_fast(exact, {})["chosen"] == "exact"
 
 
-def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeypatch):
+def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeypatch, caplog):
     monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: False)
     fast = Encoder(tiny, device="cpu", precision="fast", cache_dir=tmp_path)
-    vectors = fast.encode_queries(TEXTS)
+    with caplog.at_level("INFO"):
+        vectors = fast.encode_queries(TEXTS)
     choice = fast.describe()["fast"]
     assert set(choice["candidates"]) == {"exact", f"onnx int8 {fast_variant()}"}
     chosen = choice["chosen"]
+    # A candidate that fails its check is weighed, not used: no warning, its verdict in the choice line.
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+    said = [record.getMessage() for record in caplog.records if "--precision fast for" in record.getMessage()]
+    assert len(said) == 1 and f"onnx int8 {fast_variant()}: " in said[0]
     same = (
         Encoder(tiny, device="cpu", cache_dir=tmp_path)
         if chosen == "exact"
