@@ -44,8 +44,10 @@ def prepare(variants: list[str], cache_dir: Path, work: Path) -> dict[str, str]:
     graphs = {"fp32": str(graph)}
     for variant in variants:  # the no-VNNI class's settings: what an AVX2-only CPU would be given
         graphs[variant] = str(ensure_quantized(graph, int8_settings(variant, "no-vnni"))[0])
-    features = st_model.tokenize(exact_sample_texts())
-    np.savez(work / "features.npz", **{name: value.numpy() for name, value in features.items()})
+    tokenize = getattr(st_model, "preprocess", None) or st_model.tokenize  # renamed in sentence-transformers 6
+    features = tokenize(exact_sample_texts())
+    arrays = {name: value.numpy() for name, value in features.items() if hasattr(value, "numpy")}
+    np.savez(work / "features.npz", **arrays)
     return graphs
 
 
