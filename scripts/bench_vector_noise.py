@@ -16,6 +16,8 @@ Usage: ``python scripts/bench_vector_noise.py [--dataset-dir ../shared/data/beir
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,8 @@ from harness.encoding.encoder import Encoder
 from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import evaluate
 from harness.models.resolve import resolve_model
+from harness.qa.rag_embed import normalise
+from harness.retrieval.dense import search_exact, to_run
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
@@ -32,22 +36,36 @@ DEFAULT_NOISE = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.04, 0
 METRICS = ("ndcg@10", "recall@100")
 
 
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+@dataclass
+class MovedCorpus:
+    """The corpus vectors as the search reads the embedding cache (one shard, in memory)."""
+
+    doc_ids: list[str]
+    vectors: np.ndarray
+    directory: Path = Path(".")
+
+    @property
+    def dim(self) -> int:
+        return self.vectors.shape[1]
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_ids)
+
+    def shards(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        yield self.doc_ids, self.vectors
 
 
 def moved(vectors: np.ndarray, error: float, rng: np.random.Generator) -> np.ndarray:
     """``vectors`` each moved by ``error`` times its own length in a random direction, renormalised."""
-    direction = unit_rows(rng.standard_normal(vectors.shape).astype(np.float32))
-    return unit_rows(vectors + error * np.linalg.norm(vectors, axis=1, keepdims=True) * direction)
+    direction = normalise(rng.standard_normal(vectors.shape).astype(np.float32))
+    return normalise(vectors + error * np.linalg.norm(vectors, axis=1, keepdims=True) * direction)
 
 
 def scores(qrels, query_ids, doc_ids, queries: np.ndarray, corpus: np.ndarray) -> dict[str, float]:
-    similarities = queries @ corpus.T
-    top = np.argpartition(-similarities, 100, axis=1)[:, :100]
-    run = {
-        qid: {doc_ids[j]: float(similarities[row, j]) for j in top[row]} for row, qid in enumerate(query_ids)
-    }
+    """The harness's exact search and metrics over these vectors."""
+    found, names = search_exact(queries, MovedCorpus(doc_ids, corpus), 100)
+    run = to_run(query_ids, found, names, 100, drop_identical_ids=False)
     return evaluate(qrels, run, list(METRICS), diagnose=False).aggregate
 
 
@@ -68,7 +86,7 @@ def main() -> None:
     cache = EmbeddingCache(args.cache_dir)
     doc_ids, corpus = cache.corpus(dataset, encoder, progress=False).load_all()
     query_ids, queries = cache.queries(dataset, encoder)
-    corpus, queries = unit_rows(corpus), unit_rows(queries)
+    corpus, queries = normalise(corpus), normalise(queries)
     base = scores(dataset.qrels, query_ids, doc_ids, queries, corpus)
     print(f"{args.model} on {dataset.name} ({len(query_ids)} queries), fp32: "
           + ", ".join(f"{name} {base[name]:.5f}" for name in METRICS))
