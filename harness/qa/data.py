@@ -9,6 +9,7 @@ first occurrence.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,22 @@ class QAFile:
             ],
         }
 
+
+def iter_json_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` per non-blank line of a JSONL file; anything but a JSON object there is
+    one ``InputError`` naming the file and line."""
+    for number, text in iter_lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(
+                path, number, f"not valid JSON ({error.msg})", "one JSON object per line"
+            ) from None
+        if not isinstance(row, dict):
+            raise InputError(path, number, f"expected a JSON object, got {type(row).__name__}")
+        yield number, row
 
 def _scalar_text(value: Any) -> str | None:
     """A gold alias or prediction as text; ``None`` for values that are not text-like (lists, dicts, bools)."""
@@ -161,17 +178,7 @@ def read_predictions(
     records: list[QARecord] = []
     first_line: dict[str, int] = {}
     result = QAFile(path=path, records=records)
-    for number, text in iter_lines(path):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(
-                path, number, f"not valid JSON ({error.msg})", "one JSON object per line"
-            ) from None
-        if not isinstance(row, dict):
-            raise InputError(path, number, f"expected a JSON object, got {type(row).__name__}")
+    for number, row in iter_json_objects(path):
         for key, option in ((id_key, "--id-key"), (gold_key, "--gold-key"), (pred_key, "--pred-key")):
             if key not in row:
                 present = ", ".join(map(str, row)) or "none"

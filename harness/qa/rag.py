@@ -16,7 +16,6 @@ where it comes from, and the report repeats it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import iter_lines
 from harness.datasets.qrels import Qrels
 from harness.evaluation.compare import (
     QA_PAIRING_RULE,
@@ -33,7 +31,7 @@ from harness.evaluation.compare import (
     apply_correction,
     compare_values,
 )
-from harness.qa.data import MAX_LISTED_DUPLICATES, parse_gold
+from harness.qa.data import MAX_LISTED_DUPLICATES, iter_json_objects, parse_gold
 
 Score = float | None  # None: the metric is undefined for this question (counted, left out of the mean)
 
@@ -298,17 +296,7 @@ def read_rag_file(
     )
     result = RAGFile(path=path, rows=[], relevance=relevance, from_qrels=qrels is not None)
     first_line: dict[str, int] = {}
-    for number, text in iter_lines(path):
-        if not text.strip():
-            continue
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(
-                path, number, f"not valid JSON ({error.msg})", "one JSON object per line"
-            ) from None
-        if not isinstance(raw, dict):
-            raise InputError(path, number, f"expected a JSON object, got {type(raw).__name__}")
+    for number, raw in iter_json_objects(path):
         row = _parse_row(raw, path, number, keys, qrels, relevance_level)
         if row.qid in first_line:
             result.duplicates.append((row.qid, first_line[row.qid], number))
