@@ -536,3 +536,20 @@ def test_scifact_dense_vs_bm25_example(
     assert ndcg["mean_baseline"] == pytest.approx(0.68736, abs=5e-5)  # bm25s = MTEB's baseline
     assert ndcg["mean_system"] == pytest.approx(0.64508, abs=5e-5)  # MiniLM = MTEB's published value
     assert "bm25" in (tmp_path / "table" / "table.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "field"),
+    [
+        ("compare", {"qrels": "q", "baseline": "a", "others": "b", "test": "bogus"}, "test"),  # significance's
+        ("compare", {"qrels": "q", "baseline": "a", "others": "b", "score_precision": "x"}, "score_precision"),
+        ("eval", {"dataset": "d", "model": "m", "executor": "x"}, "executor"),  # its own
+        ("eval", {"dataset": "d", "model": "m", "qrels_duplicates": "x"}, "qrels_duplicates"),  # scoring's
+        ("table", {"correction": "x"}, "correction"),
+        ("table", {"format": "x"}, "format"),
+        ("evaluate", {"qrels": "q", "run": "r", "score_precision": "x"}, "score_precision"),
+    ],
+)
+def test_a_step_checks_the_choices_of_every_option_group_it_takes(kind, options, field):
+    with pytest.raises(ValueError, match=f"{field}: 'x' is not one of|{field}: 'bogus' is not one of"):
+        STEP_KINDS[kind].options(**options)

@@ -58,7 +58,8 @@ from harness.retrieval.systems import SYSTEM_OPTIONS, SystemRecord, systems_from
 
 
 class StepOptions(Record):
-    """Options of one step: unknown keys are errors; values listed in ``CHOICES`` are checked."""
+    """Options of one step: unknown keys are errors; values listed in ``CHOICES`` are checked (each class
+    lists the choices of the fields it declares; a step checks those of all its bases)."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -72,7 +73,12 @@ class StepOptions(Record):
 
     @model_validator(mode="after")
     def _checked_choices(self) -> StepOptions:
-        for name, choices in self.CHOICES.items():
+        choices_of = {
+            name: choices
+            for klass in reversed(type(self).__mro__)
+            for name, choices in vars(klass).get("CHOICES", {}).items()
+        }
+        for name, choices in choices_of.items():
             value = getattr(self, name)
             if value is not None and value not in choices:
                 raise ValueError(f"{name}: {value!r} is not one of {', '.join(choices)}")
@@ -90,6 +96,7 @@ _SIGNIFICANCE = SignificanceSettings()  # the commands' defaults: one home
 class SignificanceOptions(StepOptions):
     """``--test --n-resamples --seed --alpha --correction``."""
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"test": TESTS, "correction": CORRECTIONS}
     test: str = _SIGNIFICANCE.test
     n_resamples: int = _SIGNIFICANCE.n_resamples
     seed: int = _SIGNIFICANCE.seed
@@ -106,14 +113,25 @@ class SignificanceOptions(StepOptions):
         ).validate()
 
 
-class PipelineOptions(StepOptions):
-    """The options of ``harness eval`` / ``reproduce`` (``add_eval_arguments``); folders default to env."""
+class ScoringOptions(StepOptions):
+    """How runs are scored, as ``eval``, ``evaluate`` and ``compare`` take it: ``--ks --relevance-level
+    --complete --score-precision --qrels-duplicates``."""
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "qrels_duplicates": DUPLICATE_POLICIES,
-        "executor": ("local", "ray"),
         "score_precision": SCORE_PRECISIONS,
     }
+    ks: list[int] | None = None
+    relevance_level: int = 1
+    complete: bool = False
+    score_precision: str = DEFAULT_SCORE_PRECISION
+    qrels_duplicates: str = DEFAULT_DUPLICATES
+
+
+class PipelineOptions(ScoringOptions):
+    """The options of ``harness eval`` / ``reproduce`` (``add_eval_arguments``); folders default to env."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"executor": ("local", "ray")}
     split: str | None = None
     top_k: int = 1000
     batch_size: int = 128
@@ -125,12 +143,7 @@ class PipelineOptions(StepOptions):
     mirror: str | None = None
     drop_identical_ids: bool | None = None
     metrics: list[str] = list(PIPELINE_METRICS)
-    ks: list[int] | None = None
-    relevance_level: int = 1
-    complete: bool = False
-    score_precision: str = DEFAULT_SCORE_PRECISION
     strict: bool = False
-    qrels_duplicates: str = DEFAULT_DUPLICATES
     trust_remote_code: bool = False
     shard_size: int | None = None
     force: bool = False
@@ -178,44 +191,24 @@ class ReproduceStep(PipelineOptions):
     references: str | None = None
 
 
-class EvaluateStep(StepOptions):
+class EvaluateStep(ScoringOptions):
     """``harness evaluate QRELS RUN``; ``ultrarag_save_path`` also writes UltraRAG's evaluate_trec JSON."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "qrels_duplicates": DUPLICATE_POLICIES,
-        "score_precision": SCORE_PRECISIONS,
-    }
     qrels: str
     run: str
     metrics: list[str] | None = None  # None: the command's default families at its default cut-offs
-    ks: list[int] | None = None
-    relevance_level: int = 1
-    complete: bool = False
-    score_precision: str = DEFAULT_SCORE_PRECISION
     no_diagnostics: bool = False
-    qrels_duplicates: str = DEFAULT_DUPLICATES
     per_query: bool = False
     ultrarag_save_path: str | None = None
 
 
-class CompareStep(SignificanceOptions):
+class CompareStep(SignificanceOptions, ScoringOptions):
     """``harness compare QRELS RUN_A RUN_B..``; ``ultrarag_save_path`` also writes evaluate_trec_pvalue's JSON."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "qrels_duplicates": DUPLICATE_POLICIES,
-        "test": TESTS,
-        "correction": CORRECTIONS,
-        "score_precision": SCORE_PRECISIONS,
-    }
     qrels: str
     baseline: str
     others: list[str]
     metrics: list[str] = list(COMPARE_METRICS)
-    ks: list[int] | None = None
-    relevance_level: int = 1
-    complete: bool = False
-    score_precision: str = DEFAULT_SCORE_PRECISION
-    qrels_duplicates: str = DEFAULT_DUPLICATES
     ultrarag_save_path: str | None = None
 
     @field_validator("others", mode="before")
@@ -253,34 +246,28 @@ class QAEvalStep(StepOptions):
         return profile
 
 
-class TableStep(SignificanceOptions):
-    """``harness table [RESULTS]``."""
+class ResultsViewOptions(SignificanceOptions):
+    """What ``table`` and ``report`` show of a results folder: which cells, against which baseline."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "test": TESTS,
-        "correction": CORRECTIONS,
-        "format": (*FORMATS, "png"),
-    }
     results_dir: str | None = None
     metrics: list[str] = list(HEADLINE_METRICS)
     datasets: list[str] | None = None
     models: list[str] | None = None
     baseline: str | None = None
     digits: int = 4
+
+
+class TableStep(ResultsViewOptions):
+    """``harness table [RESULTS]``."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"format": (*FORMATS, "png")}
     format: str = "md"
     ci: bool = False
 
 
-class ReportStep(SignificanceOptions):
+class ReportStep(ResultsViewOptions):
     """``harness report [RESULTS]``."""
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"test": TESTS, "correction": CORRECTIONS}
-    results_dir: str | None = None
-    metrics: list[str] = list(HEADLINE_METRICS)
-    datasets: list[str] | None = None
-    models: list[str] | None = None
-    baseline: str | None = None
-    digits: int = 4
     title: str = "Retrieval benchmark report"
 
 
