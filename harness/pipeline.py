@@ -25,15 +25,15 @@ from harness.core.paths import default_cache_dir, default_data_dir, default_resu
 from harness.core.protocols import EvalDataset
 from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
 from harness.datasets.qrels import DEFAULT_DUPLICATES
+from harness.encoding.embedding_cache import EmbeddingCache
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.pool import parse_devices
 from harness.encoding.runtime import check_encoder_options
-from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, EvaluationSettings
 from harness.evaluation.trec import Run, top_k_ranking, write_run
 from harness.models.resolve import ResolvedModel, resolve_model
 from harness.provenance import StageTimer, environment_info
-from harness.results.store import StoredResult, load_result, result_dir, write_result
+from harness.results.result_store import StoredResult, load_result, result_dir, write_result
 from harness.retrieval import bm25
 from harness.retrieval.dense import IndexSpec, dense_search, parse_index_spec
 from harness.retrieval.fusion import fuse

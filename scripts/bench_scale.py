@@ -57,7 +57,7 @@ def unit_vectors(start: int, stop: int, dim: int, clusters: int, seed: int) -> n
 def write_corpus(directory: Path, docs: int, dim: int, shard_size: int, clusters: int) -> None:
     """The synthetic corpus as a finished embedding-cache entry (shards + manifest)."""
     from harness.core.fileio import atomic_write_json
-    from harness.encoding.store import write_shard
+    from harness.encoding.embedding_cache import write_shard
 
     directory.mkdir(parents=True, exist_ok=True)
     num_shards = math.ceil(docs / shard_size)
@@ -104,7 +104,7 @@ def measure(args: argparse.Namespace) -> None:
     """One search in this (fresh) process; prints a JSON line with its peak RSS and timings."""
     import faiss  # noqa: F401  (loaded before the baseline so the library itself is not counted twice)
 
-    from harness.encoding.store import ShardedEmbeddings
+    from harness.encoding.embedding_cache import ShardedEmbeddings
     from harness.retrieval.dense import (
         IndexSpec,
         all_doc_ids,

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from harness.datasets.beir import load_dataset
+from harness.encoding.embedding_cache import EmbeddingCache
 from harness.encoding.encoder import Encoder
-from harness.encoding.store import EmbeddingCache
 from harness.evaluation.metrics import evaluate
 from harness.models.resolve import resolve_model
-from harness.qa.rag_embed import normalise
+from harness.qa.rag.embedding_metrics import normalise
 from harness.retrieval.dense import search_exact, to_run
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ The runs are constructed so their scores are known without running any harness c
 query's judged documents first (by grade) has nDCG@10 = 1 for that query; one that puts ten unjudged
 documents in front of them has nDCG@10 = 0; one that puts a hundred in front also has Recall@100 = 0.
 The metrics are computed by the real ``harness.evaluation.metrics.evaluate`` and written with the real
-``harness.evaluation.trec.write_run`` and ``harness.results.store.write_result``.
+``harness.evaluation.trec.write_run`` and ``harness.results.result_store.write_result``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.core.fileio import file_digest
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.trec import write_run
-from harness.results.store import result_dir, write_result
+from harness.results.result_store import result_dir, write_result
 
 METRICS = ["ndcg@10", "recall@100"]
 

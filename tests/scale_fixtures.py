@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.encoding.store import ShardedEmbeddings
+from harness.encoding.embedding_cache import ShardedEmbeddings
 from harness.pipeline import EvalOptions, run_eval
-from harness.results.store import StoredResult, load_result
+from harness.results.result_store import StoredResult, load_result
 
 SHARD_SIZE = 700  # scifact's 5,183 documents -> 8 shards
 HEADLINE = ("ndcg@10", "recall@100")

@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 
 from harness.core.errors import HarnessError
 from harness.datasets.beir import load_dataset
-from harness.models.registry import ModelRecord, find_record, model_registry
+from harness.models.model_registry import ModelRecord, find_record, model_registry
 from harness.retrieval.bm25 import BM25Params, BM25Retriever
 
 DOCUMENTS = [
@@ -227,7 +227,7 @@ import json, sys
 from pathlib import Path
 from harness.retrieval.bm25 import BM25Retriever
 from harness.datasets.beir import load_dataset
-from harness.models.registry import ModelRecord
+from harness.models.model_registry import ModelRecord
 record = ModelRecord(name="bm25-test", kind="bm25", params={})
 retriever = BM25Retriever(record, cache_dir=Path(sys.argv[2]), progress=False)
 run = retriever.retrieve(load_dataset(Path(sys.argv[1]), "test"), 10)

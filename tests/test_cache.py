@@ -17,9 +17,9 @@ from tiny_bert import tiny_record
 from harness.cli import main
 from harness.core.cache import cache_entries
 from harness.datasets.beir import load_dataset
+from harness.encoding.embedding_cache import EmbeddingCache, ShardJob, encode_corpus_shards, shard_paths
 from harness.encoding.encoder import Encoder
 from harness.encoding.onnx import ensure_exported
-from harness.encoding.store import EmbeddingCache, ShardJob, encode_corpus_shards, shard_paths
 from harness.models.resolve import resolve_model, resolve_record
 from harness.retrieval.bm25 import BM25Retriever
 from harness.retrieval.dense import build_or_load_index, parse_index_spec
@@ -182,10 +182,10 @@ def test_workers_can_fill_disjoint_shards_of_one_entry(tmp_path, beir_folder, ti
 _KILLED_CHILD = """
 import sys, time
 from pathlib import Path
-from harness.encoding.store import EmbeddingCache
+from harness.encoding.embedding_cache import EmbeddingCache
 from harness.datasets.beir import load_dataset
 from harness.encoding.encoder import Encoder
-from harness.models.registry import ModelRecord
+from harness.models.model_registry import ModelRecord
 from harness.models.resolve import resolve_record
 
 data_dir, model_dir, cache_dir = sys.argv[1:4]

@@ -16,7 +16,7 @@ import pytest
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
-from harness.evaluation.compare import PAIRING_RULE
+from harness.evaluation.comparison import PAIRING_RULE
 
 KEYS = ("n_queries", "mean_baseline", "mean_system", "difference", "ci_low", "ci_high", "p_value")
 SETTINGS = ["--n-resamples", "2000", "--seed", "7", "--correction", "holm"]

@@ -17,8 +17,8 @@ from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
 from harness.datasets.beir import iter_corpus, load_dataset, load_queries
 from harness.datasets.checksums import SIDECAR_FILE, ChecksumStore
+from harness.datasets.dataset_registry import get_dataset_record
 from harness.datasets.qrels import read_qrels
-from harness.datasets.registry import get_dataset_record
 
 
 def write_dataset(

@@ -10,7 +10,7 @@ import pytest
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
-from harness.datasets.registry import dataset_registry, expand_dataset_names, get_dataset_record
+from harness.datasets.dataset_registry import dataset_registry, expand_dataset_names, get_dataset_record
 
 BEIR_PUBLIC = [
     "msmarco",

@@ -11,7 +11,7 @@ import pytest
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
-from harness.results.diff import RESULT_SETTINGS
+from harness.results.settings_diff import RESULT_SETTINGS
 
 
 @pytest.fixture(scope="module")

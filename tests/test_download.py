@@ -21,9 +21,9 @@ from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
 from harness.datasets.beir import load_dataset
+from harness.datasets.dataset_registry import get_dataset_record
 from harness.datasets.download import DownloadError, fetch_url, install_dataset, safe_extract
 from harness.datasets.prepare import prepare_dataset
-from harness.datasets.registry import get_dataset_record
 
 SCIFACT_FILES = ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv"]
 

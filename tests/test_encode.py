@@ -12,7 +12,7 @@ from tiny_bert import tiny_record
 from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
 from harness.encoding.encoder import Encoder, pick_device
-from harness.models.registry import ModelRecord, find_record
+from harness.models.model_registry import ModelRecord, find_record
 from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [

@@ -10,8 +10,8 @@ import pytest
 from scale_fixtures import HEADLINE, SHARD_SIZE, corpus_entry, corpus_vectors, scifact_folder
 
 from harness.cli import main
-from harness.encoding.store import shard_paths
-from harness.results.store import load_result
+from harness.encoding.embedding_cache import shard_paths
+from harness.results.result_store import load_result
 
 DOC_IDS = [f"d{i}" for i in range(11)]
 

@@ -13,7 +13,7 @@ import pytrec_eval
 
 from harness.cli import main
 from harness.datasets.qrels import read_qrels
-from harness.evaluation.compare import PAIRING_RULE
+from harness.evaluation.comparison import PAIRING_RULE
 from harness.evaluation.metrics import evaluate
 from harness.evaluation.trec import write_run
 

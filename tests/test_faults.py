@@ -23,7 +23,7 @@ import pytest
 from harness.cli import main
 from harness.core.errors import HarnessError, OutputError
 from harness.core.fileio import atomic_write, atomic_write_json
-from harness.evaluation.compare import SignificanceSettings
+from harness.evaluation.comparison import SignificanceSettings
 from harness.evaluation.significance import bootstrap_interval, paired_test
 from harness.retrieval.dense import parse_index_spec
 

@@ -14,7 +14,7 @@ import pytest
 from report_fixtures import every_other, make_result, real_fingerprint, real_qrels, synthetic_run
 
 from harness.cli import main
-from harness.datasets.registry import get_dataset_record
+from harness.datasets.dataset_registry import get_dataset_record
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 

@@ -32,14 +32,14 @@ from harness.core.staging import is_stale
 from harness.datasets import download
 from harness.datasets.beir import load_dataset
 from harness.datasets.checksums import SIDECAR_FILE
+from harness.datasets.dataset_registry import SOURCE_FILE, get_dataset_record
 from harness.datasets.download import DownloadError, fetch_url
-from harness.datasets.registry import SOURCE_FILE, get_dataset_record
+from harness.encoding.embedding_cache import EmbeddingCache, encode_corpus_shards
 from harness.encoding.encoder import Encoder
 from harness.encoding.onnx import ensure_exported
 from harness.encoding.plan import EncodingSettings, encoder_spec_for
-from harness.encoding.store import EmbeddingCache, encode_corpus_shards
 from harness.models.resolve import resolve_model, resolve_record
-from harness.results.store import load_result
+from harness.results.result_store import load_result
 
 WORDS = [
     "gene",

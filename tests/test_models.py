@@ -11,7 +11,13 @@ from conftest import REPO_ROOT
 
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import file_digest
-from harness.models.registry import DEFAULT_MODEL, ModelRecord, close_matches, find_record, model_registry
+from harness.models.model_registry import (
+    DEFAULT_MODEL,
+    ModelRecord,
+    close_matches,
+    find_record,
+    model_registry,
+)
 from harness.models.resolve import resolve_model, resolve_record
 
 

@@ -23,8 +23,8 @@ from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.datasets.beir import corpus_shard_starts, iter_corpus, load_dataset
 from harness.encoding import pool as parallel
+from harness.encoding.embedding_cache import ShardJob, encode_corpus_shards, shard_paths
 from harness.encoding.pool import LocalPool, parse_devices, plan_workers
-from harness.encoding.store import ShardJob, encode_corpus_shards, shard_paths
 from harness.encoding.workers import EncoderSpec, WorkerSlot
 from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval

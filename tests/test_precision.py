@@ -16,10 +16,10 @@ from harness.datasets.beir import load_dataset
 from harness.encoding import cpu
 from harness.encoding import onnx as onnx_backend
 from harness.encoding import runtime as encode
+from harness.encoding.embedding_cache import EmbeddingCache
 from harness.encoding.encoder import Encoder, token_batches
 from harness.encoding.runtime import resolve_runtime
-from harness.encoding.store import EmbeddingCache
-from harness.models.registry import ModelRecord, load_record
+from harness.models.model_registry import ModelRecord, load_record
 from harness.models.resolve import resolve_record
 
 TEXTS = [

@@ -13,7 +13,7 @@ from conftest import REPO_ROOT
 
 from harness.cli import main
 from harness.core.fileio import file_digest
-from harness.evaluation.compare import QA_PAIRING_RULE
+from harness.evaluation.comparison import QA_PAIRING_RULE
 
 MOON = {"golden_answers": ["14 December 1972 UTC", "December 1972"]}
 SEED_ROWS = [

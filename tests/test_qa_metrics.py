@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.qa.data import QARecord
-from harness.qa.metrics import ALL_SCORE_KEYS, QAScorer, distinct_n, find_wordnet, resolve_metrics
-from harness.qa.profiles import get_profile, normalize_answer
+from harness.qa.answers.answer_metrics import (
+    ALL_SCORE_KEYS,
+    QAScorer,
+    distinct_n,
+    find_wordnet,
+    resolve_metrics,
+)
+from harness.qa.answers.predictions import QARecord
+from harness.qa.answers.profiles import get_profile, normalize_answer
 
 SQUAD = get_profile("squad")
 exact_match, accuracy, cover_em, string_em, token_f1 = SQUAD.em, SQUAD.acc, SQUAD.cover_em, SQUAD.string_em, SQUAD.f1
@@ -162,7 +168,7 @@ def test_meteor_stages_hand_worked() -> None:
 def test_meteor_without_wordnet_reports_and_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import nltk.data
 
-    import harness.qa.metrics as qa_metrics
+    import harness.qa.answers.answer_metrics as qa_metrics
 
     def not_downloaded(resource: str) -> None:
         raise LookupError(resource)

@@ -28,10 +28,10 @@ import pytest
 
 from harness.cli import main
 from harness.core.errors import HarnessError
-from harness.qa.data import QARecord
-from harness.qa.metrics import QAScorer, distinct_n
-from harness.qa.profiles import PROFILE_NAMES, get_profile, normalize_ultrarag
-from harness.qa.tokenize import space_cjk, split_cjk, word_tokens
+from harness.qa.answers.answer_metrics import QAScorer, distinct_n
+from harness.qa.answers.predictions import QARecord
+from harness.qa.answers.profiles import PROFILE_NAMES, get_profile, normalize_ultrarag
+from harness.qa.answers.tokenize import space_cjk, split_cjk, word_tokens
 
 ANSWER_KEYS = ("em", "acc", "string_em", "cover_em", "f1")
 ROUGE_KEYS = ("rouge_1", "rouge_2", "rouge_l")

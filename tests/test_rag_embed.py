@@ -13,13 +13,13 @@ from test_qa_cli import run_cli, write_jsonl
 from test_rag_judge import serving
 
 from harness.core.cache import cache_entries
-from harness.models.registry import DEFAULT_MODEL
+from harness.models.model_registry import DEFAULT_MODEL
 from harness.models.resolve import resolve_model
-from harness.qa.judge import JudgeClient, JudgeSettings
-from harness.qa.profiles import get_profile
-from harness.qa.rag import read_rag_file
-from harness.qa.rag_embed import TextEmbedder
-from harness.qa.rag_eval import RAGEvaluator
+from harness.qa.answers.profiles import get_profile
+from harness.qa.rag.embedding_metrics import TextEmbedder
+from harness.qa.rag.judge_client import JudgeClient, JudgeSettings
+from harness.qa.rag.rag_evaluator import RAGEvaluator
+from harness.qa.rag.rows import read_rag_file
 
 ROWS = [
     {

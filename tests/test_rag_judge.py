@@ -20,7 +20,7 @@ import pytest
 from test_qa_cli import assert_one_line_error, run_cli, write_jsonl
 
 from harness.core.errors import HarnessError
-from harness.qa.judge import STATEMENTS, JudgeClient, JudgeSettings
+from harness.qa.rag.judge_client import STATEMENTS, JudgeClient, JudgeSettings
 
 MAX_REQUESTS = 60
 SLOW_SECONDS = 1.5

@@ -10,8 +10,8 @@ import pytest
 from test_qa_cli import assert_one_line_error, run_cli, write_jsonl
 
 from harness.evaluation.significance import paired_test
-from harness.qa.judge import parse_reply
-from harness.qa.rag import (
+from harness.qa.rag.judge_client import parse_reply
+from harness.qa.rag.rows import (
     RAGKeys,
     check_fields,
     id_context_precision,

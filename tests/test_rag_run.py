@@ -10,10 +10,10 @@ import pytest
 from test_qa_cli import run_cli, write_jsonl
 
 from harness.core.errors import HarnessError
-from harness.evaluation.compare import SignificanceSettings
-from harness.qa.judge import REPEAT_TEMPERATURE, SINGLE_TEMPERATURE
-from harness.qa.rag import RAGKeys
-from harness.qa.rag_run import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
+from harness.evaluation.comparison import SignificanceSettings
+from harness.qa.rag.judge_client import REPEAT_TEMPERATURE, SINGLE_TEMPERATURE
+from harness.qa.rag.rag_stage import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
+from harness.qa.rag.rows import RAGKeys
 
 ROWS_A = [
     {"id": "q1", "answer": "one", "context_ids": ["d1", "x"], "reference_context_ids": ["d1"]},
@@ -95,7 +95,7 @@ def test_notices_come_before_an_error_and_default_to_logging(
     file_b = write_jsonl(tmp_path / "b.jsonl", [{**row, "id": "z" + row["qid"]} for row in ROWS_B])
     settings, significance = _settings(tmp_path), SignificanceSettings(n_resamples=100)
     with (
-        caplog.at_level(logging.WARNING, logger="harness.qa.rag_run"),
+        caplog.at_level(logging.WARNING, logger="harness.qa.rag.rag_stage"),
         pytest.raises(HarnessError, match="share no question id"),
     ):
         compare_rag_files(file_a, file_b, settings, significance)

@@ -28,12 +28,12 @@ from scale_fixtures import (
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.datasets.beir import load_dataset
+from harness.encoding.embedding_cache import ShardJob
 from harness.encoding.ray_pool import RayPool, import_ray
-from harness.encoding.store import ShardJob
 from harness.encoding.workers import EncoderSpec
 from harness.models.resolve import resolve_model
 from harness.pipeline import run_eval
-from harness.results.store import load_result
+from harness.results.result_store import load_result
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
 

@@ -15,7 +15,7 @@ from harness.core.errors import HarnessError
 from harness.pipeline import EvalOptions
 from harness.reproduce.references import load_references
 from harness.reproduce.suites import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
-from harness.results.store import load_result, result_dir
+from harness.results.result_store import load_result, result_dir
 
 BASE_NDCG = 0.5  # half of the scifact queries are pushed below rank 10 in base-model's run
 

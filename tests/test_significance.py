@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from harness.core.errors import HarnessError
-from harness.evaluation.compare import PAIRING_RULE, SignificanceSettings, compare_runs
+from harness.evaluation.comparison import PAIRING_RULE, SignificanceSettings, compare_runs
 from harness.evaluation.metrics import evaluate
 from harness.evaluation.significance import adjust_pvalues, bootstrap_interval, paired_test
 

@@ -11,7 +11,7 @@ from report_fixtures import every_other, make_result, real_fingerprint, real_qre
 
 from harness.cli import main
 from harness.evaluation.significance import bootstrap_interval
-from harness.results.store import load_result
+from harness.results.result_store import load_result
 
 
 def test_bootstrap_interval_covers_the_true_mean_about_95_percent_of_the_time():

@@ -24,7 +24,7 @@ HIDDEN = 32
 
 def tiny_record(folder: Path, **overrides):
     """A ``transformers``-kind record for a tiny checkpoint: mean pooling, dot product, max length 16."""
-    from harness.models.registry import ModelRecord
+    from harness.models.model_registry import ModelRecord
 
     settings = dict(
         name="tiny",

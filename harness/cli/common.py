@@ -12,11 +12,11 @@ from harness.core.fileio import check_output_file
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from harness.encoding.onnx import INT8_VARIANTS
-from harness.evaluation.compare import SignificanceSettings
+from harness.evaluation.comparison import SignificanceSettings
 from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, SCORE_PRECISIONS
 from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES
 from harness.evaluation.significance import TESTS as PAIRED_TESTS
-from harness.models.registry import PRECISIONS, RUNTIMES
+from harness.models.model_registry import PRECISIONS, RUNTIMES
 from harness.pipeline import EvalOptions
 from harness.retrieval.fusion import DEFAULT_RRF_K, FUSION_METHODS, NORMALIZATIONS, FusionSettings
 from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH

@@ -17,9 +17,9 @@ from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
 from harness.datasets.beir import load_dataset
 from harness.datasets.checksums import ChecksumStore
+from harness.datasets.dataset_registry import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.datasets.download import install_dataset
 from harness.datasets.prepare import env_mirror
-from harness.datasets.registry import dataset_registry, expand_dataset_names, get_dataset_record
 from harness.datasets.verify import VerifyResult, installed_source, verify_dataset
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.cli.common import positive_int
 from harness.core.fileio import atomic_write_json
-from harness.reproduce.diff import build_diff, format_diff
+from harness.reproduce.reference_diff import build_diff, format_diff
 
 
 def run_diff(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from harness.cli.common import (
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, describe_inputs
 from harness.datasets.qrels import read_qrels
-from harness.evaluation.compare import COMPARE_METRICS, PAIRING_RULE, compare_runs
+from harness.evaluation.comparison import COMPARE_METRICS, PAIRING_RULE, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation, evaluate
 from harness.evaluation.trec import read_run, read_run_columns, run_labels
 

@@ -9,12 +9,18 @@ from typing import Any
 
 from harness.cli.common import add_significance_arguments, output_file, significance_settings
 from harness.core.fileio import atomic_write_json
-from harness.evaluation.compare import QA_PAIRING_RULE
-from harness.qa.compare import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
-from harness.qa.data import QAFile, read_predictions
-from harness.qa.metrics import ALL_SCORE_KEYS, METRIC_GROUPS, WORDNET_ENV, QAScorer, resolve_metrics
-from harness.qa.profiles import DEFAULT_PROFILE, PROFILE_NAMES
-from harness.qa.report import empty_gold_warning, evaluation_report, file_summary
+from harness.evaluation.comparison import QA_PAIRING_RULE
+from harness.qa.answers.answer_comparison import DEFAULT_COMPARE_METRICS, compare_answers, comparison_report
+from harness.qa.answers.answer_metrics import (
+    ALL_SCORE_KEYS,
+    METRIC_GROUPS,
+    WORDNET_ENV,
+    QAScorer,
+    resolve_metrics,
+)
+from harness.qa.answers.answer_report import empty_gold_warning, evaluation_report, file_summary
+from harness.qa.answers.predictions import QAFile, read_predictions
+from harness.qa.answers.profiles import DEFAULT_PROFILE, PROFILE_NAMES
 
 _EXAMPLE_LINE = (
     '{"id": 0, "question": "...", "golden_answers": ["14 December 1972 UTC", "December 1972"], '

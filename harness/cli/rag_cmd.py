@@ -14,9 +14,15 @@ from harness.cli.common import (
     significance_settings,
 )
 from harness.core.fileio import atomic_write_json
-from harness.qa.judge import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, REPEAT_TEMPERATURE, SINGLE_TEMPERATURE
-from harness.qa.rag import METRICS, PAIRING_RULE, RAGKeys
-from harness.qa.rag_run import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
+from harness.qa.rag.judge_client import (
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    MODEL_ENV,
+    REPEAT_TEMPERATURE,
+    SINGLE_TEMPERATURE,
+)
+from harness.qa.rag.rag_stage import Notice, RAGRunSettings, compare_rag_files, evaluate_rag_file
+from harness.qa.rag.rows import METRICS, PAIRING_RULE, RAGKeys
 
 _EXAMPLE_LINE = (
     '{"id": "q1", "question": "...", "answer": "...", "contexts": ["..."], "ground_truth": "...", '

@@ -61,7 +61,7 @@ class EvalDataset(CorpusSource, Protocol):
 class DocumentEncoder(Protocol):
     """Texts in, float32 vectors out; ``settings`` is everything that changes a vector (the cache key)."""
 
-    model: Any  # harness.models.registry.ResolvedModel
+    model: Any  # harness.models.model_registry.ResolvedModel
     device: str
 
     def settings(self) -> dict[str, Any]: ...
@@ -80,7 +80,7 @@ class DocumentEncoder(Protocol):
 
 
 class ShardJob(Protocol):
-    """One corpus entry to fill (``harness.encoding.store.ShardJob``): everything but the shard numbers."""
+    """One corpus entry to fill (``harness.encoding.embedding_cache.ShardJob``): everything but the shard numbers."""
 
     dataset: CorpusSource
     encoder: DocumentEncoder

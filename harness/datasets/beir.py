@@ -27,8 +27,14 @@ from harness.core.cache import digest_of
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import iter_lines, read_json_or_none
 from harness.datasets.checksums import ChecksumStore
+from harness.datasets.dataset_registry import (
+    CORPUS_FILE,
+    QRELS_DIR,
+    QUERIES_FILE,
+    SOURCE_FILE,
+    dataset_registry,
+)
 from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
-from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, dataset_registry
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
 from harness.core.staging import clean_stale, make_staging
 from harness.datasets.beir import load_dataset
-from harness.datasets.registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, DatasetRecord
+from harness.datasets.dataset_registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, DatasetRecord
 from harness.datasets.verify import check_pins, verify_dataset
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.paths import default_data_dir
 from harness.datasets.beir import BeirDataset, load_dataset
+from harness.datasets.dataset_registry import dataset_registry, unknown_name_hint
 from harness.datasets.download import install_dataset
 from harness.datasets.qrels import DEFAULT_DUPLICATES
-from harness.datasets.registry import dataset_registry, unknown_name_hint
 
 MIRROR_ENV = "HARNESS_BEIR_MIRROR"
 DATA_FILE_STEMS = ("corpus.jsonl", "queries.jsonl")

@@ -9,7 +9,7 @@ from typing import Any
 from harness.core.fileio import read_json_or_none
 from harness.datasets.beir import BeirDataset, LoadReport
 from harness.datasets.checksums import ChecksumStore
-from harness.datasets.registry import SOURCE_FILE, DatasetRecord, dataset_registry
+from harness.datasets.dataset_registry import SOURCE_FILE, DatasetRecord, dataset_registry
 
 
 @dataclass

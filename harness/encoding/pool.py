@@ -27,8 +27,8 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.protocols import CorpusSource, DocumentEncoder
+from harness.encoding.embedding_cache import ShardJob, encode_corpus_shards
 from harness.encoding.runtime import pick_device
-from harness.encoding.store import ShardJob, encode_corpus_shards
 from harness.encoding.workers import EncoderSpec, WorkerSlot, encode_in_worker, start_worker
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.encoding.embedding_cache import ShardJob
 from harness.encoding.pool import CORES_PER_CPU_WORKER, available_cpus, worker_dataset
 from harness.encoding.runtime import current_torch_threads
-from harness.encoding.store import ShardJob
 from harness.encoding.workers import EncoderSpec, encode_with_threads
 
 log = logging.getLogger(__name__)

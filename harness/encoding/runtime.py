@@ -29,7 +29,7 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.encoding.cpu import cpu_flags
 from harness.encoding.onnx import require_onnxruntime
-from harness.models.registry import PRECISIONS, RUNTIMES
+from harness.models.model_registry import PRECISIONS, RUNTIMES
 from harness.models.resolve import ResolvedModel
 
 DEFAULT_RUNTIME = "exact"

@@ -16,9 +16,9 @@ from tqdm.auto import tqdm
 
 from harness.core.errors import HarnessError
 from harness.core.protocols import EvalDataset
+from harness.encoding.embedding_cache import EmbeddingCache, ShardedEmbeddings, ShardJob, finished_shards
 from harness.encoding.encoder import Encoder
 from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
-from harness.encoding.store import EmbeddingCache, ShardedEmbeddings, ShardJob, finished_shards
 
 
 def slice_shards(num_shards: int, index: int, count: int) -> list[int]:
@@ -43,7 +43,7 @@ class CorpusEncoding:
     """One dataset's corpus with one model, headed for the embedding cache entry ``harness eval`` reads."""
 
     dataset: EvalDataset
-    model: object  # harness.models.registry.ResolvedModel
+    model: object  # harness.models.model_registry.ResolvedModel
     options: EncodingSettings
     encoder: Encoder
     cache: EmbeddingCache

@@ -13,9 +13,9 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.protocols import CorpusSource
+from harness.encoding.embedding_cache import ShardJob, encode_corpus_shards
 from harness.encoding.encoder import Encoder
 from harness.encoding.runtime import tokenizer_threads, torch_threads
-from harness.encoding.store import ShardJob, encode_corpus_shards
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class WorkerSlot:
 class EncoderSpec:
     """How to build this run's encoder in another process: the resolved model and ``Encoder`` arguments."""
 
-    model: Any  # harness.models.registry.ResolvedModel
+    model: Any  # harness.models.model_registry.ResolvedModel
     batch_size: int
     options: dict[str, Any] = field(default_factory=dict)
     cache_dir: str | None = None  # where the encoder keeps its exported models and runtime checks

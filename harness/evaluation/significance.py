@@ -1,7 +1,7 @@
 """Is a difference between two systems real? Paired tests, bootstrap CIs, multiple comparisons.
 
 Pure statistics on paired arrays; which queries are paired is decided in
-:mod:`harness.evaluation.compare`. The default test is the two-sided paired permutation (randomization) test: under the null hypothesis the sign of each
+:mod:`harness.evaluation.comparison`. The default test is the two-sided paired permutation (randomization) test: under the null hypothesis the sign of each
 query's difference is arbitrary, so the observed mean difference is compared with the
 means obtained by flipping signs at random (all 2^n flips when that is no more than the
 number of resamples). The paired t-test and Wilcoxon signed-rank test come from scipy.

@@ -25,7 +25,7 @@ from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write, atomic_write_json, describe_inputs
 from harness.core.paths import default_cache_dir, default_results_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, read_qrels
-from harness.evaluation.compare import COMPARE_METRICS, SignificanceSettings, compare_runs
+from harness.evaluation.comparison import COMPARE_METRICS, SignificanceSettings, compare_runs
 from harness.evaluation.metrics import (
     DEFAULT_SCORE_PRECISION,
     EVALUATE_FAMILIES,
@@ -39,19 +39,19 @@ from harness.evaluation.significance import CORRECTIONS, TESTS
 from harness.evaluation.trec import read_run, run_labels
 from harness.experiments import ultrarag
 from harness.pipeline import EvalOptions, check_inputs, run_eval, run_pairs
-from harness.qa.data import read_predictions
-from harness.qa.metrics import QAScorer, resolve_metrics
-from harness.qa.profiles import DEFAULT_PROFILE
-from harness.qa.rag import RAGKeys
-from harness.qa.rag_run import RAGRunSettings, evaluate_rag_file
-from harness.qa.report import evaluation_report
+from harness.qa.answers.answer_metrics import QAScorer, resolve_metrics
+from harness.qa.answers.answer_report import evaluation_report
+from harness.qa.answers.predictions import read_predictions
+from harness.qa.answers.profiles import DEFAULT_PROFILE
+from harness.qa.rag.rag_stage import RAGRunSettings, evaluate_rag_file
+from harness.qa.rag.rows import RAGKeys
 from harness.report.charts import write_charts
 from harness.report.formats import FORMATS, render
 from harness.report.html import write_report
 from harness.report.tables import TableSet, build_tables
 from harness.reproduce.suites import format_markdown, load_suite, run_suite
 from harness.results.collect import collect_results
-from harness.results.store import StoredResult, iter_result_dirs
+from harness.results.result_store import StoredResult, iter_result_dirs
 from harness.retrieval.fusion import DEFAULT_RRF_K
 from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH
 from harness.retrieval.systems import SYSTEM_OPTIONS, SystemRecord, systems_from_options

@@ -28,7 +28,7 @@ from pydantic import field_validator
 
 from harness.core.config import Record, read_mapping, validate
 from harness.core.errors import InputError
-from harness.qa.profiles import PROFILE_NAMES
+from harness.qa.answers.profiles import PROFILE_NAMES
 
 TREC_METRICS = ("mrr", "map", "recall", "ndcg", "precision")
 DEFAULT_KS = (1, 5, 10, 20, 50, 100)
@@ -116,7 +116,7 @@ class BenchmarkSection(Record):
 
 
 def answer_profiles() -> tuple[str, ...]:
-    """The answer-metric profiles the harness knows (harness.qa.profiles)."""
+    """The answer-metric profiles the harness knows (harness.qa.answers.profiles)."""
     return PROFILE_NAMES
 
 

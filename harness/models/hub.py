@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.models.registry import ModelRecord, unknown_model_error
+from harness.models.model_registry import ModelRecord, unknown_model_error
 
 # Seconds to wait for the Hugging Face hub before deciding it is unreachable.
 HUB_TIMEOUT = 10.0

@@ -21,7 +21,7 @@ from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import read_json_object
 from harness.models.hub import fetch_from_hub
 from harness.models.identity import folder_identity, slugify, weight_files
-from harness.models.registry import (
+from harness.models.model_registry import (
     DEFAULT_MODEL,
     SIMILARITIES,
     ModelRecord,

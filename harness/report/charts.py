@@ -15,7 +15,7 @@ from harness.core.fileio import atomic_write
 from harness.evaluation.metrics import pretty_metric
 from harness.evaluation.significance import bootstrap_interval
 from harness.report.tables import MetricTable, TableSet
-from harness.results.store import StoredResult
+from harness.results.result_store import StoredResult
 
 CONFIDENCE = 0.95
 # Error bars are drawn, not tested: fewer resamples than a test keeps a many-bar report quick.

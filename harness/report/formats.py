@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.evaluation.compare import PAIRING_RULE, SignificanceSettings
+from harness.evaluation.comparison import PAIRING_RULE, SignificanceSettings
 from harness.evaluation.metrics import pretty_metric
 from harness.report.tables import BETTER, MISSING, TIED, WORSE, Cell, MetricTable, TableSet
 from harness.results.collect import Collection

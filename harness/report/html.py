@@ -21,7 +21,7 @@ from harness.report.charts import render_charts
 from harness.report.formats import legend
 from harness.report.perquery import SORT_SCRIPT, per_query_section
 from harness.report.tables import BETTER, TIED, Cell, MetricTable, TableSet
-from harness.results.store import StoredResult
+from harness.results.result_store import StoredResult
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;

@@ -3,7 +3,7 @@
 For every dataset and every system beside the baseline: an inline SVG scatter of per-query values
 (baseline across, system up; above the diagonal the system won), the win / tie / loss counts, the queries
 that moved most with both sides' retrieved documents and their judgments, and a sortable table of every
-paired query. The numbers come from :func:`harness.results.diff.per_query_diff`, the same as ``harness diff``.
+paired query. The numbers come from :func:`harness.results.settings_diff.per_query_diff`, the same as ``harness diff``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from html import escape
 from harness.core.errors import HarnessError
 from harness.evaluation.metrics import pretty_metric
 from harness.report.tables import MetricTable, TableSet
-from harness.results.diff import TIE_TOLERANCE, PerQueryDiff, RankedDoc, per_query_diff
+from harness.results.settings_diff import TIE_TOLERANCE, PerQueryDiff, RankedDoc, per_query_diff
 
 _SIZE, _PAD = 320, 34  # scatter: square side and axis margin, in px
 _COLOURS = {"win": "#0a6", "loss": "#c33", "tie": "#888"}

@@ -2,7 +2,7 @@
 
 :mod:`harness.results.collect` decides which results may be used. With a baseline, every other cell
 carries a mark when its per-query difference from the baseline is significant under
-:mod:`harness.evaluation.compare` (its one pairing rule and test), with the multiple comparison
+:mod:`harness.evaluation.comparison` (its one pairing rule and test), with the multiple comparison
 correction applied across all the comparisons of the table. With intervals (``--ci``), every cell
 carries the one bootstrap interval of its mean over queries, and each row marks the systems
 statistically tied with its best: each tested against the best through the same engine, with the
@@ -16,13 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.core.errors import HarnessError
-from harness.evaluation.compare import Comparison, SignificanceSettings, apply_correction, compare_values
+from harness.evaluation.comparison import Comparison, SignificanceSettings, apply_correction, compare_values
 from harness.evaluation.judged import WARN_BELOW, judged_name
 from harness.evaluation.metrics import empty_ranking_value
 from harness.evaluation.significance import bootstrap_interval
 from harness.reproduce.references import model_aliases
 from harness.results.collect import Collection, display_labels, select_models
-from harness.results.store import StoredResult
+from harness.results.result_store import StoredResult
 
 BETTER, WORSE = "↑", "↓"
 TIED = "≈"  # statistically tied with the best of its row

@@ -16,7 +16,7 @@ from pydantic import StrictFloat, field_validator, model_validator
 
 from harness.core.config import Record, read_yaml, record_files, validate
 from harness.core.errors import HarnessError, InputError
-from harness.models.registry import find_record
+from harness.models.model_registry import find_record
 
 REFERENCES_FILE = "references.yaml"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.datasets.registry import get_dataset_record
+from harness.datasets.dataset_registry import get_dataset_record
 from harness.models.resolve import resolve_model
-from harness.results.store import StoredResult, scan_results
+from harness.results.result_store import StoredResult, scan_results
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, output_error, read_json_object
 from harness.core.staging import clean_stale, make_staging
-from harness.datasets.registry import CORPUS_FILE
+from harness.datasets.dataset_registry import CORPUS_FILE
 
 log = logging.getLogger(__name__)
 

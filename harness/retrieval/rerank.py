@@ -28,7 +28,7 @@ from harness.core.ranking import Run, sorted_ranking
 from harness.encoding.runtime import check_precision, pick_device, precision_dtype, short_precision
 from harness.models.hub import fetch_from_hub
 from harness.models.identity import folder_identity, slugify
-from harness.models.registry import find_record
+from harness.models.model_registry import find_record
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pydantic import PositiveInt, model_validator
 from harness.core.config import Record, read_mapping, record_folder_files, validate
 from harness.core.errors import HarnessError, InputError
 from harness.models.identity import slugify
-from harness.models.registry import find_record, model_registry
+from harness.models.model_registry import find_record, model_registry
 from harness.retrieval.fusion import DEFAULT_RRF_K, FusionSettings
 from harness.retrieval.rerank import DEFAULT_RERANK_DEPTH
 

@@ -2,7 +2,7 @@
 
 A references.yaml source states its evaluation conditions in words (``averaging: complete``,
 ``identical_ids: dropped (--remove-query)``); they are read into the setting names and values of
-:func:`harness.results.diff.result_protocol`. A condition the source words ambiguously is kept as its
+:func:`harness.results.settings_diff.result_protocol`. A condition the source words ambiguously is kept as its
 text, so it shows as a difference to look at rather than being guessed away.
 """
 
@@ -18,7 +18,8 @@ from harness.evaluation.judged import HEADLINE_K
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.collect import model_labels
-from harness.results.diff import (
+from harness.results.result_store import StoredResult, load_result
+from harness.results.settings_diff import (
     TIE_TOLERANCE,
     PerQueryDiff,
     Protocol,
@@ -28,7 +29,6 @@ from harness.results.diff import (
     protocol_diff,
     result_protocol,
 )
-from harness.results.store import StoredResult, load_result
 
 REFERENCE_PREFIX = "ref"
 # The metrics set side by side (when both sides have them), after the one the per-query picture uses.

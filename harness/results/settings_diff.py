@@ -17,10 +17,10 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.datasets.qrels import DEFAULT_DUPLICATES, Qrels, read_qrels
-from harness.evaluation.compare import pair_values
+from harness.evaluation.comparison import pair_values
 from harness.evaluation.metrics import empty_ranking_value
 from harness.evaluation.trec import Run, read_run, top_k_ranking
-from harness.results.store import StoredResult
+from harness.results.result_store import StoredResult
 
 Protocol = dict[str, Any]
 # Two per-query values closer than this are a tie (they come from the same arithmetic).

@@ -19,9 +19,10 @@ from harness.core.errors import HarnessError
 from harness.core.fileio import file_digest
 from harness.core.paths import default_cache_dir
 from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
-from harness.evaluation.compare import Comparison, SignificanceSettings
-from harness.models.registry import DEFAULT_MODEL
-from harness.qa.judge import (
+from harness.evaluation.comparison import Comparison, SignificanceSettings
+from harness.models.model_registry import DEFAULT_MODEL
+from harness.qa.rag.embedding_metrics import TextEmbedder
+from harness.qa.rag.judge_client import (
     API_KEY_ENV,
     BASE_URL_ENV,
     MODEL_ENV,
@@ -31,7 +32,8 @@ from harness.qa.judge import (
     JudgeSettings,
     env_value,
 )
-from harness.qa.rag import (
+from harness.qa.rag.rag_evaluator import RAGEvaluation, RAGEvaluator
+from harness.qa.rag.rows import (
     JUDGE_METRICS,
     PAIRING_RULE,
     RAGFile,
@@ -42,8 +44,6 @@ from harness.qa.rag import (
     read_rag_file,
     resolve_rag_metrics,
 )
-from harness.qa.rag_embed import TextEmbedder
-from harness.qa.rag_eval import RAGEvaluation, RAGEvaluator
 
 _log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Generation metrics for RAG answers, per question and in aggregate.
 
 Answer-matching metrics (EM, Acc, StringEM, CoverEM, token F1) and ROUGE follow the chosen answer-metric
-profile (:mod:`harness.qa.profiles`: squad, ultrarag or flashrag) and take the best gold. BLEU and METEOR
+profile (:mod:`harness.qa.answers.profiles`: squad, ultrarag or flashrag) and take the best gold. BLEU and METEOR
 come from their reference libraries (``sacrebleu``, ``nltk``). CJK text is scored per character
-(:mod:`harness.qa.tokenize`). :meth:`QAScorer.settings` records the profile and every setting, so a report
+(:mod:`harness.qa.answers.tokenize`). :meth:`QAScorer.settings` records the profile and every setting, so a report
 says exactly what ran. An empty prediction scores 0 on every metric.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.qa.data import QARecord
-from harness.qa.profiles import EMPTY_GOLD_RULE, AnswerProfile, get_profile
-from harness.qa.tokenize import CJK_RULE, space_cjk, split_cjk_tokens
+from harness.qa.answers.predictions import QARecord
+from harness.qa.answers.profiles import EMPTY_GOLD_RULE, AnswerProfile, get_profile
+from harness.qa.answers.tokenize import CJK_RULE, space_cjk, split_cjk_tokens
 
 # Metric group -> the per-question score keys it produces; order is the report's order.
 METRIC_GROUPS: dict[str, tuple[str, ...]] = {

@@ -7,7 +7,7 @@ One JSON object per line, e.g.::
 
 Every field but the id is optional in the file; a metric that needs a field a line lacks stops the run
 with the line and the option that renames the key. Ground truth takes qa-eval's gold shapes
-(:func:`harness.qa.data.parse_gold`). Relevance comes from ``reference_context_ids`` or, with ``--qrels``,
+(:func:`harness.qa.answers.predictions.parse_gold`). Relevance comes from ``reference_context_ids`` or, with ``--qrels``,
 from the one qrels reader (``context_ids`` are then the ranked retrieved document ids).
 
 Metric definitions follow Ragas's source (``ragas/metrics``); :data:`METRICS` states each one and
@@ -24,14 +24,14 @@ from typing import Any
 
 from harness.core.errors import HarnessError, InputError
 from harness.datasets.qrels import Qrels
-from harness.evaluation.compare import (
+from harness.evaluation.comparison import (
     QA_PAIRING_RULE,
     Comparison,
     SignificanceSettings,
     apply_correction,
     compare_values,
 )
-from harness.qa.data import MAX_LISTED_DUPLICATES, iter_json_objects, parse_gold
+from harness.qa.answers.predictions import MAX_LISTED_DUPLICATES, iter_json_objects, parse_gold
 
 Score = float | None  # None: the metric is undefined for this question (counted, left out of the mean)
 

@@ -17,8 +17,10 @@ import numpy as np
 
 from harness import __version__
 from harness.core.errors import HarnessError
-from harness.qa.judge import JudgeClient, prompt_versions
-from harness.qa.rag import (
+from harness.qa.rag.embedding_metrics import TextEmbedder, embedding_scores, semantic_similarity, texts_of
+from harness.qa.rag.judge_client import JudgeClient, prompt_versions
+from harness.qa.rag.judged_metrics import context_recall, faithfulness, generated_questions, statement_f1
+from harness.qa.rag.rows import (
     CORRECTNESS_WEIGHTS,
     EMBEDDING_METRICS,
     JUDGE_METRICS,
@@ -29,8 +31,6 @@ from harness.qa.rag import (
     id_scores,
     mean_and_spread,
 )
-from harness.qa.rag_embed import TextEmbedder, embedding_scores, semantic_similarity, texts_of
-from harness.qa.rag_judge import context_recall, faithfulness, generated_questions, statement_f1
 
 # Judged metrics that also read embeddings.
 _JUDGE_WITH_EMBEDDINGS = ("answer_relevance", "answer_correctness")

@@ -1,9 +1,9 @@
 """Compare two systems' answers to the same questions with the evaluation's comparison engine.
 
-Questions are paired by id (:data:`harness.evaluation.compare.QA_PAIRING_RULE`): a question only one
+Questions are paired by id (:data:`harness.evaluation.comparison.QA_PAIRING_RULE`): a question only one
 file answers scores 0 for the other system, as a judged query missing from a run does in
 ``harness compare``. The test, seeding, correction and keys are those of
-:mod:`harness.evaluation.compare`.
+:mod:`harness.evaluation.comparison`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.evaluation.compare import (
+from harness.evaluation.comparison import (
     DIFFERENCE,
     QA_PAIRING_RULE,
     Comparison,
@@ -20,8 +20,8 @@ from harness.evaluation.compare import (
     apply_correction,
     compare_values,
 )
-from harness.qa.data import QAFile
-from harness.qa.metrics import QAScorer
+from harness.qa.answers.answer_metrics import QAScorer
+from harness.qa.answers.predictions import QAFile
 
 # Default metrics: the headline answer-matching scores; ``--metrics all`` tests every per-question score.
 DEFAULT_COMPARE_METRICS = ("em", "acc", "f1")

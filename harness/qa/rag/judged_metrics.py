@@ -3,13 +3,13 @@
 Each function returns ``(value, reason)``: ``reason`` says why the value is undefined (``None``) so the
 report can count it. A malformed reply makes the metric undefined for that question, never a crash.
 Answer relevance and answer correctness also need the embedding model; here they stop at the judge's
-part (the generated questions, the statement F1) and :mod:`harness.qa.rag_eval` completes them.
+part (the generated questions, the statement F1) and :mod:`harness.qa.rag.rag_evaluator` completes them.
 """
 
 from __future__ import annotations
 
-from harness.qa.judge import ATTRIBUTION, CORRECTNESS, QUESTION, STATEMENTS, VERDICTS, JudgeClient
-from harness.qa.rag import RELEVANCE_QUESTIONS, RAGRow, Score
+from harness.qa.rag.judge_client import ATTRIBUTION, CORRECTNESS, QUESTION, STATEMENTS, VERDICTS, JudgeClient
+from harness.qa.rag.rows import RELEVANCE_QUESTIONS, RAGRow, Score
 
 Outcome = tuple[Score, str | None]
 MALFORMED = "malformed judge reply"

@@ -21,11 +21,11 @@ import numpy as np
 
 from harness.core.cache import MANIFEST, CacheLayout, digest_of, shard_paths
 from harness.core.fileio import atomic_write_json, read_json_or_none
+from harness.encoding.embedding_cache import write_shard
 from harness.encoding.encoder import Encoder
-from harness.encoding.store import write_shard
 from harness.models.resolve import ResolvedModel, resolve_model
-from harness.qa.profiles import get_profile
-from harness.qa.rag import CORRECTNESS_WEIGHTS, RAGRow, Score
+from harness.qa.answers.profiles import get_profile
+from harness.qa.rag.rows import CORRECTNESS_WEIGHTS, RAGRow, Score
 
 # Token F1 of the non-judge answer correctness: SQuAD's definition, as qa-eval's default profile.
 _SQUAD = get_profile("squad")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.fileio import file_digest
-from harness.qa.compare import MAX_LISTED_IDS
-from harness.qa.data import QAFile
-from harness.qa.metrics import QAEvaluation, QAScorer
+from harness.qa.answers.answer_comparison import MAX_LISTED_IDS
+from harness.qa.answers.answer_metrics import QAEvaluation, QAScorer
+from harness.qa.answers.predictions import QAFile
 
 
 def file_summary(qa_file: QAFile, scorer: QAScorer) -> dict[str, Any]:

@@ -9,7 +9,7 @@ definitions, written from that tool's published source:
 - ``flashrag``: FlashRAG's evaluator (``flashrag/evaluator/metrics.py`` and ``utils.py``).
 
 Two rules hold in every profile, where the tools differ or fail: CJK text is scored per character
-(:mod:`harness.qa.tokenize`), and a gold alias that normalises to nothing never matches (``EMPTY_GOLD_RULE``).
+(:mod:`harness.qa.answers.tokenize`), and a gold alias that normalises to nothing never matches (``EMPTY_GOLD_RULE``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.qa.tokenize import space_cjk, split_cjk_tokens, word_tokens
+from harness.qa.answers.tokenize import space_cjk, split_cjk_tokens, word_tokens
 
 DEFAULT_PROFILE = "squad"
 ROUGE_KEYS = ("rouge_1", "rouge_2", "rouge_l")
