@@ -26,7 +26,8 @@ LAYERS = [
     "pipeline",
     "reproduce",  # runs the pipeline for a suite
     "report",  # shows results beside the published references
-    "experiments",  # runs steps of every stage below from an experiment file
+    "experiments",  # runs an experiment file's steps, each handed to it as a command of the api
+    "api",  # the public functions and options records of every command
     "cli",
 ]
 # Modules every command shares; any other cli module is a command and imports no other command.

@@ -1,9 +1,8 @@
-"""The ``harness`` command: a thin argparse layer over the stage modules.
+"""The ``harness`` command: a thin argparse layer over the public API (:mod:`harness.api`).
 
-Each sub-command lives in its own module under ``harness.cli`` exposing
-``register(subparsers)``, which adds its parser(s) and sets ``func`` to a
-callable taking the parsed arguments and returning an exit code. Heavy
-imports (torch, faiss) happen inside those callables so ``--help`` stays fast.
+Every command's parser is generated from its options record; running it builds the record from the
+command line, calls the command's public function and prints what the result renders (standard output)
+and its messages (standard error). The exit code is the result's.
 """
 
 from __future__ import annotations
@@ -16,23 +15,11 @@ import sys
 from typing import NoReturn
 
 from harness import __version__
+from harness.api.command_result import Command, CommandGroup
+from harness.api.commands import COMMAND_LINE
 from harness.core.errors import HarnessError
 from harness.core.fileio import os_error_line
-
-# Order here is the order ``harness --help`` lists the commands in.
-COMMAND_MODULES: list[str] = [
-    "harness.cli.data_cmd",
-    "harness.cli.eval_cmd",
-    "harness.cli.encode_cmd",
-    "harness.cli.evaluate_cmd",
-    "harness.cli.fuse_cmd",
-    "harness.cli.qa_cmd",
-    "harness.cli.rag_cmd",
-    "harness.cli.cache_cmd",
-    "harness.cli.report_cmd",
-    "harness.cli.diff_cmd",
-    "harness.cli.run_cmd",
-]
+from harness.core.options import add_options, record_from_namespace
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -55,9 +42,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    for entry in COMMAND_LINE:
+        if isinstance(entry, Command):
+            _add_command(subparsers, entry)
+        elif isinstance(entry, CommandGroup):
+            _add_group(subparsers, entry)
+        else:
+            importlib.import_module(entry).register(subparsers)
     return parser
+
+
+def _add_command(subparsers: argparse._SubParsersAction, command: Command) -> None:
+    parser = subparsers.add_parser(command.name, help=command.help, description=command.description)
+    add_options(parser, command.options)
+    parser.set_defaults(func=lambda args: _run(command, args))
+
+
+def _add_group(subparsers: argparse._SubParsersAction, group: CommandGroup) -> None:
+    parser = subparsers.add_parser(group.name, help=group.help, description=group.description)
+    actions = parser.add_subparsers(title=group.title, dest="action", metavar="ACTION")
+    for command in group.commands:
+        _add_command(actions, command)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _run(command: Command, args: argparse.Namespace) -> int:
+    """Build the record from the command line, call the command, print its result."""
+    options = record_from_namespace(command.options, args)
+    result = command.function(options, echo=print) if command.echo else command.function(options)
+    text = result.render()
+    if text:
+        print(text)
+    for message in result.messages:
+        print(message, file=sys.stderr)
+    return result.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,83 @@
+"""What every public command function returns: a typed result that prints itself and serialises itself.
+
+A command's result knows how the command line shows it (:meth:`CommandResult.render`, the text on
+standard output; :attr:`CommandResult.messages`, the ``note:``/``warning:``/``error:`` lines on standard
+error) and how it looks as JSON (:meth:`CommandResult.to_json`). The CLI prints exactly these, so a
+notebook and a terminal see the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.options import OptionsRecord
+
+
+@dataclass
+class CommandResult:
+    """The outcome of one command: the files it wrote, its standard-error lines and its exit code."""
+
+    paths: list[Path] = field(default_factory=list, kw_only=True)
+    messages: list[str] = field(default_factory=list, kw_only=True)
+    exit_code: int = field(default=0, kw_only=True)
+
+    def render(self) -> str:
+        """The text the command prints on standard output (no trailing newline; empty: nothing)."""
+        return ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary: what was computed, the files written, the messages, the exit code."""
+        return {
+            **self.payload(),
+            "paths": [str(path) for path in self.paths],
+            "messages": list(self.messages),
+            "exit_code": self.exit_code,
+        }
+
+    def payload(self) -> dict[str, Any]:
+        """The command's own JSON (what ``--output`` writes, where the command has it)."""
+        return {}
+
+
+@dataclass
+class StepOutcome:
+    """What an experiment step made of a command's result: its files, console lines, reuse and exit code."""
+
+    outputs: list[Path]
+    summary: list[str] = field(default_factory=list)
+    reused: bool = False
+    exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: its options record, its public function, its help, and how it runs as a step.
+
+    The command line's parser is generated from ``options``; an experiment step of kind ``name`` is the
+    same record, run by ``step`` into the step's folder (``None``: not a step kind). ``step_inputs``
+    names the files a step reads, so it is reused while their checksums and its options are unchanged
+    (``None``: the stage's own result cache decides).
+    """
+
+    name: str
+    options: type[OptionsRecord]
+    function: Callable[..., CommandResult]
+    help: str
+    description: str
+    step: Callable[[Any, Path], StepOutcome] | None = None
+    step_inputs: Callable[[Any], dict[str, str | Path]] | None = None
+    echo: bool = False  # ``function`` takes ``echo=`` for lines shown while it runs (the CLI passes print)
+
+
+@dataclass(frozen=True)
+class CommandGroup:
+    """A command with actions (``harness data list``): its help and its action commands."""
+
+    name: str
+    help: str
+    description: str
+    title: str
+    commands: tuple[Command, ...]

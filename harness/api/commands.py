@@ -1,0 +1,37 @@
+"""Every command, in the order ``harness --help`` lists them: the one table the CLI and experiments read."""
+
+from __future__ import annotations
+
+from harness.api import run_file_commands
+from harness.api.command_result import Command, CommandGroup
+
+# A name here that is not an api command is a command module not yet moved behind the api (the CLI
+# registers it the old way); the list shrinks to commands only.
+COMMAND_LINE: tuple[Command | CommandGroup | str, ...] = (
+    "harness.cli.data_cmd",
+    "harness.cli.eval_cmd",
+    "harness.cli.encode_cmd",
+    *run_file_commands.COMMANDS,
+    "harness.cli.qa_cmd",
+    "harness.cli.rag_cmd",
+    "harness.cli.cache_cmd",
+    "harness.cli.report_cmd",
+    "harness.cli.diff_cmd",
+    "harness.cli.run_cmd",
+)
+
+
+def all_commands() -> dict[str, Command]:
+    """Every command by its full name (``evaluate``, ``data list``)."""
+    found: dict[str, Command] = {}
+    for entry in COMMAND_LINE:
+        if isinstance(entry, Command):
+            found[entry.name] = entry
+        elif isinstance(entry, CommandGroup):
+            found.update({f"{entry.name} {command.name}": command for command in entry.commands})
+    return found
+
+
+def step_kinds() -> dict[str, Command]:
+    """The commands an experiment file can run as steps, by step kind."""
+    return {name: command for name, command in all_commands().items() if command.step is not None}

@@ -1,0 +1,457 @@
+"""Commands on run files: ``evaluate`` (trec_eval-exact metrics), ``compare`` (paired tests), ``fuse``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.api.command_result import Command, CommandResult, StepOutcome
+from harness.api.shared_options import (
+    alpha_option,
+    complete_option,
+    correction_option,
+    fuse_depth_option,
+    fuse_method_option,
+    json_output_option,
+    ks_option,
+    n_resamples_option,
+    norm_option,
+    paired_test_option,
+    qrels_duplicates_option,
+    relevance_level_option,
+    rrf_k_option,
+    score_precision_option,
+    seed_option,
+    significance_of,
+    weights_option,
+)
+from harness.core.errors import HarnessError
+from harness.core.fileio import atomic_write, atomic_write_json, describe_inputs
+from harness.core.options import INT32_MAX, OptionsRecord, option
+from harness.core.text_table import text_table
+from harness.datasets.qrels import read_qrels
+from harness.evaluation.comparison import COMPARE_METRICS, PAIRING_RULE, SignificanceSettings, compare_runs
+from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation
+from harness.evaluation.metrics import evaluate as score_run
+from harness.evaluation.trec import read_run, read_run_columns, run_labels, write_run
+from harness.experiments import ultrarag
+from harness.retrieval.fusion import fuse as fuse_runs
+from harness.retrieval.settings import RetrievalSettings
+from harness.retrieval.systems import fusion_from_options
+
+METRICS_HELP = (
+    "metric names, case-insensitive: ndcg[@k], recall@k, p@k (precision@k), map[@k], mrr[@k], rprec, bpref, "
+    "gmap, success@k, r_cap@k; a bare name that takes k expands over --ks"
+)
+FORMATS_HELP = (
+    "QRELS is TREC `qid iter docid rel` or BEIR TSV `query-id corpus-id score` (header optional); runs are "
+    "TREC `qid Q0 docid rank score tag`, columns after the tag ignored. Files are read as trec_eval reads "
+    "them: columns split on spaces and tabs, lines starting with # skipped, relevance read as an integer "
+    "(1.5 is 1), scores as C reads them (0x1p-1 too); .gz is read transparently. Ranking is trec_eval's: "
+    "score descending, then docid descending; the rank column is ignored."
+)
+KS_HELP = (
+    "cutoffs for bare metric names, e.g. --metrics ndcg recall --ks 10 100 "
+    f"(default: {' '.join(map(str, PIPELINE_KS))} with the default metrics; otherwise bare map, mrr "
+    "and ndcg cover the whole ranking)"
+)
+RELEVANCE_HELP = (
+    "a document is relevant when rel >= N (trec_eval -l; default: %(default)s); nDCG's gain is rel itself"
+)
+COMPLETE_HELP = (
+    "average over every judged query, scoring those the run missed as 0 (trec_eval -c); "
+    "default: only judged queries present in the run"
+)
+ULTRARAG_SAVE_PATH = "also write UltraRAG's result JSON here, the harness's fuller report beside it"
+
+
+class EvaluateOptions(OptionsRecord):
+    """``harness evaluate QRELS RUN``: trec_eval-exact metrics of one run file."""
+
+    qrels: Path = option(positional=True, metavar="QRELS", parse=Path)
+    run: Path = option(positional=True, metavar="RUN", parse=Path)
+    metrics: list[str] | None = option(
+        None,
+        nargs="+",
+        metavar="NAME",
+        help=f"{METRICS_HELP} (default: {' '.join(EVALUATE_FAMILIES)})",
+    )
+    ks: list[int] | None = ks_option(KS_HELP, metavar="K")
+    relevance_level: int = relevance_level_option(RELEVANCE_HELP, metavar="N")
+    complete: bool = complete_option(COMPLETE_HELP)
+    score_precision: str = score_precision_option()
+    output: Path | None = json_output_option()
+    qrels_duplicates: str = qrels_duplicates_option()
+    no_diagnostics: bool = option(
+        False,
+        action="store_true",
+        help="skip judged@k and the tie bounds (the bounds re-score every query whose tie order matters "
+        "twice: about 3x the time on a large run full of ties)",
+    )
+    per_query: bool = option(
+        False,
+        action="store_true",
+        help="include per-query values (in the JSON with --output, else printed as `qid metric value` lines)",
+    )
+    ultrarag_save_path: Path | None = option(None, hidden=True, help=ULTRARAG_SAVE_PATH)
+
+    def cutoffs(self) -> list[int] | None:
+        """``ks``, or the default cut-offs when the default metric families are used."""
+        if self.ks is None and self.metrics is None:
+            return list(PIPELINE_KS)
+        return self.ks
+
+
+@dataclass
+class EvaluateResult(CommandResult):
+    """The metrics of one run: means, per-query values, coverage, judged@k and tie diagnostics."""
+
+    options: EvaluateOptions
+    evaluation: Evaluation
+    inputs: dict[str, dict[str, str]]
+
+    def payload(self) -> dict[str, Any]:
+        return {"inputs": self.inputs, **self.evaluation.to_json(self.options.per_query)}
+
+    def render(self) -> str:
+        result = self.evaluation
+        width = max(len(name) for name in result.aggregate)
+        lines = [f"{name:<{width}}  {value:.4f}" for name, value in result.aggregate.items()]
+        lines.append(coverage_line(result))
+        if result.judged:
+            lines.append(_judged_line(result))
+        if result.ties:
+            lines.append(_ties_line(result))
+        if self.options.output:
+            lines.append(f"wrote {self.options.output}")
+        elif self.options.per_query:
+            lines += [
+                f"{qid}\t{name}\t{value:.4f}"
+                for qid, values in result.per_query.items()
+                for name, value in values.items()
+            ]
+        return "\n".join(lines)
+
+    def summary(self) -> list[str]:
+        """The two lines an experiment step shows."""
+        result = self.evaluation
+        return [
+            ", ".join(f"{name} {value:.4f}" for name, value in result.aggregate.items()),
+            f"averaged over {result.n_queries} queries present in both run and qrels",
+        ]
+
+
+def evaluate(options: EvaluateOptions | None = None, /, **values: Any) -> EvaluateResult:
+    """Score a TREC run file against qrels exactly as trec_eval does.
+
+    Give an :class:`EvaluateOptions` or its fields as keywords, e.g.
+    ``evaluate(qrels="qrels.txt", run="run.trec", metrics=["ndcg@10", "recall@100"])``.
+    The result's ``evaluation.aggregate`` holds the means, ``evaluation.per_query`` the per-query values;
+    ``output`` (a JSON file) and ``ultrarag_save_path`` are written when given.
+    """
+    options = EvaluateOptions.coerce(options, values)
+    qrels = read_qrels(options.qrels, duplicates=options.qrels_duplicates).qrels
+    evaluation = score_run(
+        qrels,
+        read_run_columns(options.run),
+        options.metrics or list(EVALUATE_FAMILIES),
+        ks=options.cutoffs(),
+        relevance_level=options.relevance_level,
+        complete=options.complete,
+        score_precision=options.score_precision,
+        diagnose=not options.no_diagnostics,
+    )
+    inputs = describe_inputs({"qrels": options.qrels, "run": options.run})
+    result = EvaluateResult(options=options, evaluation=evaluation, inputs=inputs)
+    if evaluation.judged.get("warning"):
+        result.messages.append(f"warning: {evaluation.judged['warning']}")
+    if options.output:
+        atomic_write_json(options.output, result.payload(), parents=False)
+        result.paths.append(options.output)
+    if options.ultrarag_save_path:
+        shaped = ultrarag.trec_results(evaluation.aggregate)
+        result.paths += write_ultrarag(options.ultrarag_save_path, shaped, result.payload())
+    return result
+
+
+def _judged_line(result: Evaluation) -> str:
+    means = ", ".join(f"{name} {value:.4f}" for name, value in result.judged["mean"].items())
+    return f"judged (share of the top k with a judgment): {means}"
+
+
+def _ties_line(result: Evaluation) -> str:
+    ties = result.ties
+    if not ties["queries_with_ties"]:
+        return "ties: no query has tied scores; every metric is independent of the tie rule"
+    straddling = ", ".join(f"{cut} {entry['queries']}" for cut, entry in ties["straddling_cutoff"].items())
+    moving = [
+        f"{name} {bound['lowest']:.4f}..{bound['highest']:.4f}"
+        for name, bound in ties["bounds"].items()
+        if bound["lowest"] != bound["highest"]
+    ]
+    return (
+        f"ties: {ties['queries_with_ties']} queries have tied scores; straddling the cut-off: {straddling or '-'}; "
+        f"range over tie orders: {', '.join(moving) or 'none moves'}"
+    )
+
+
+def preview(qids: list[str], limit: int = 5) -> str:
+    """The first ``limit`` ids, then how many more."""
+    shown = ", ".join(qids[:limit])
+    return shown + (f", ... (+{len(qids) - limit})" if len(qids) > limit else "")
+
+
+def coverage_line(result: Evaluation) -> str:
+    """Which queries were averaged, which judged ones had no results, which run queries had no qrels."""
+    missing, unjudged = result.qrels_queries_without_results, result.run_queries_without_qrels
+    how = (
+        "scored as 0 (--complete)"
+        if result.settings["complete"]
+        else "not averaged (use --complete to count as 0)"
+    )
+    line = f"averaged over {result.n_queries} queries; {len(missing)} judged queries without results, {how}"
+    if missing:
+        line += f": {preview(missing)}"
+    line += f"; {len(unjudged)} run queries without judgments skipped"
+    return line
+
+
+def write_ultrarag(save_path: str | Path, shaped: dict[str, Any], fuller: dict[str, Any]) -> list[Path]:
+    """UltraRAG's JSON at ``save_path`` (its indent of 4) and the harness's report beside it."""
+    path = Path(save_path)
+    with atomic_write(path) as handle:
+        json.dump(shaped, handle, ensure_ascii=False, indent=4)
+    atomic_write_json(ultrarag.beside(path), fuller)
+    return [path, ultrarag.beside(path)]
+
+
+# -------------------------------------------------------------------------------------- compare
+
+
+class CompareOptions(OptionsRecord):
+    """``harness compare QRELS RUN_A RUN_B..``: paired significance tests of runs against the first."""
+
+    qrels: Path = option(positional=True, metavar="QRELS", parse=Path)
+    baseline: Path = option(positional=True, metavar="RUN_A", parse=Path, help="the baseline run")
+    others: list[Path] = option(
+        positional=True, nargs="+", metavar="RUN_B", parse=Path, help="runs compared with RUN_A"
+    )
+    metrics: list[str] = option(
+        list(COMPARE_METRICS),
+        nargs="+",
+        metavar="NAME",
+        help=f"{METRICS_HELP} (default: {' '.join(COMPARE_METRICS)})",
+    )
+    ks: list[int] | None = ks_option(KS_HELP, metavar="K")
+    relevance_level: int = relevance_level_option(RELEVANCE_HELP, metavar="N")
+    complete: bool = complete_option(COMPLETE_HELP)
+    score_precision: str = score_precision_option()
+    output: Path | None = json_output_option()
+    qrels_duplicates: str = qrels_duplicates_option()
+    test: str = paired_test_option()
+    n_resamples: int = n_resamples_option()
+    seed: int = seed_option()
+    alpha: float = alpha_option()
+    correction: str = correction_option("all metric x run comparisons")
+    ultrarag_save_path: Path | None = option(None, hidden=True, help=ULTRARAG_SAVE_PATH)
+
+
+@dataclass
+class CompareResult(CommandResult):
+    """Each run against the baseline on each metric: means, difference, interval, p-values, verdict."""
+
+    comparison: dict[str, Any]
+    inputs: dict[str, dict[str, str]]
+    significance: SignificanceSettings
+    output: Path | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {"inputs": self.inputs, **self.comparison}
+
+    def render(self) -> str:
+        lines = comparison_lines(self.comparison)
+        if self.output:
+            lines.append(f"wrote {self.output}")
+        return "\n".join(lines)
+
+    def summary(self) -> list[str]:
+        """The lines an experiment step shows: the settings, then one line per comparison."""
+        result, described = self.comparison, self.significance.describe()
+        lines = [f"baseline {result['baseline']}; {result['n_queries']} paired queries; {described}"]
+        return lines + [
+            f"{row['metric']} {row['system']} {row['mean_system']:.4f} vs {row['mean_baseline']:.4f}: "
+            f"diff {row['difference']:+.4f}, p {row['p_value']:.4f}{', significant' if row['significant'] else ''}"
+            for row in result["comparisons"]
+        ]
+
+
+def compare(options: CompareOptions | None = None, /, **values: Any) -> CompareResult:
+    """Paired significance tests of runs against a baseline run, as ``harness compare``.
+
+    E.g. ``compare(qrels="qrels.txt", baseline="bm25.trec", others=["dense.trec"], metrics=["ndcg@10"])``;
+    ``result.comparison["comparisons"]`` has one row per metric x run (difference, CI, p, p_adj).
+    """
+    options = CompareOptions.coerce(options, values)
+    paths = [options.baseline, *options.others]
+    labels = run_labels(paths)
+    if len(set(labels)) != len(labels):
+        raise HarnessError("the same run file is given twice")
+    significance = significance_of(options)
+    qrels = read_qrels(options.qrels, duplicates=options.qrels_duplicates).qrels
+    runs = {label: read_run(path) for label, path in zip(labels, paths, strict=True)}
+    comparison = compare_runs(
+        qrels,
+        runs,
+        options.metrics,
+        ks=options.ks,
+        settings=significance,
+        relevance_level=options.relevance_level,
+        complete=options.complete,
+        score_precision=options.score_precision,
+    )
+    files = {"qrels": options.qrels, **{f"run:{label}": path for label, path in zip(labels, paths, strict=True)}}
+    result = CompareResult(
+        comparison=comparison, inputs=describe_inputs(files), significance=significance, output=options.output
+    )
+    if options.output:
+        atomic_write_json(options.output, result.payload(), parents=False)
+        result.paths.append(options.output)
+    if options.ultrarag_save_path:
+        shaped = ultrarag.pvalue_results(comparison["comparisons"])
+        result.paths += write_ultrarag(options.ultrarag_save_path, shaped, result.payload())
+    return result
+
+
+def comparison_lines(result: dict[str, Any]) -> list[str]:
+    """The printed comparison: settings, pairing, runs missing queries, then the table."""
+    settings = result["settings"]
+    lines = [
+        f"A = {result['baseline']} (baseline); {result['n_queries']} paired queries; two-sided paired "
+        f"{settings['test']} test; {settings['correction']} correction over {settings['n_comparisons']} "
+        f"comparisons, alpha {settings['alpha']}; CI: {settings['confidence_interval']} "
+        f"({settings['n_resamples']} resamples, seed {settings['seed']})",
+        f"pairing: {result['pairing_rule']}",
+    ]
+    for label, info in result["runs"].items():
+        missing = info["missing_queries_scored_as_empty"]
+        if missing["count"]:
+            lines.append(
+                f"  {label}: {missing['count']} paired queries without results, counted as 0: {preview(missing['qids'])}"
+            )
+    ci_label = settings["confidence_interval"].split()[0] + " CI"
+    header = ["metric", "B", "A_mean", "B_mean", "Diff(B-A)", ci_label, "n", "p", "p_adj", "sig"]
+    rows = [
+        [
+            row["metric"],
+            row["system"],
+            f"{row['mean_baseline']:.4f}",
+            f"{row['mean_system']:.4f}",
+            f"{row['difference']:+.4f}",
+            f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            str(row["n_queries"]),
+            f"{row['p_value']:.4f}",
+            f"{row['p_value_adjusted']:.4f}",
+            "yes" if row["significant"] else "no",
+        ]
+        for row in result["comparisons"]
+    ]
+    return lines + text_table([header, *rows])
+
+
+# ----------------------------------------------------------------------------------------- fuse
+
+
+class FuseOptions(OptionsRecord):
+    """``harness fuse RUN.. --method M --output F``: fuse TREC run files into one run."""
+
+    runs: list[Path] = option(positional=True, nargs="+", parse=Path, metavar="RUN", help="TREC run files")
+    fuse: str | None = fuse_method_option("--method")
+    rrf_k: int = rrf_k_option()
+    norm: str | None = norm_option()
+    weights: list[float] | None = weights_option()
+    fuse_depth: int | None = fuse_depth_option()
+    output: Path = option(flags=("--output", "-o"), parse=Path, help="fused run file to write")
+    top_k: int = option(
+        RetrievalSettings.top_k, low=1, high=INT32_MAX, help="documents kept per query (default: %(default)s)"
+    )
+    tag: str = option("harness-fused", help="run tag column (default: %(default)s)")
+
+
+@dataclass
+class FuseResult(CommandResult):
+    """The fused run written to ``output``."""
+
+    output: Path
+    n_queries: int
+    method: str
+    n_runs: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"output": str(self.output), "queries": self.n_queries, "method": self.method, "runs": self.n_runs}
+
+    def render(self) -> str:
+        return f"wrote {self.output}: {self.n_queries} queries, {self.method} of {self.n_runs} runs"
+
+
+def fuse(options: FuseOptions | None = None, /, **values: Any) -> FuseResult:
+    """Fuse run files (rrf, combsum, combmnz, interpolation) and write the fused run, as ``harness fuse``."""
+    options = FuseOptions.coerce(options, values)
+    settings = fusion_from_options(options.fuse, options.rrf_k, options.norm, options.weights, options.fuse_depth)
+    if settings is None:
+        raise HarnessError("harness fuse needs --method (rrf, combsum, combmnz or interpolation)")
+    runs = [read_run(path) for path in options.runs]
+    fused = fuse_runs(runs, settings, [str(path) for path in options.runs])
+    write_run(options.output, fused, options.tag, top_k=options.top_k)
+    return FuseResult(
+        output=options.output, n_queries=len(fused), method=settings.method, n_runs=len(runs), paths=[options.output]
+    )
+
+
+# ---------------------------------------------------------------------------------------- steps
+
+
+def evaluate_step(options: EvaluateOptions, directory: Path) -> StepOutcome:
+    """``evaluate`` as an experiment step: ``evaluation.json`` in the step's folder."""
+    result = evaluate(options.replace(output=directory / "evaluation.json"))
+    return StepOutcome(result.paths, result.summary())
+
+
+def compare_step(options: CompareOptions, directory: Path) -> StepOutcome:
+    """``compare`` as an experiment step: ``comparison.json`` in the step's folder."""
+    result = compare(options.replace(output=directory / "comparison.json"))
+    return StepOutcome(result.paths, result.summary())
+
+
+COMMANDS = (
+    Command(
+        "evaluate",
+        EvaluateOptions,
+        evaluate,
+        help="score a run file against qrels with trec_eval's semantics",
+        description="Score a TREC run against qrels. " + FORMATS_HELP,
+        step=evaluate_step,
+        step_inputs=lambda o: {"qrels": o.qrels, "run": o.run},
+    ),
+    Command(
+        "compare",
+        CompareOptions,
+        compare,
+        help="paired significance tests of runs against the first run",
+        description="Compare RUN_B, RUN_C, ... with the baseline RUN_A on each metric: means, difference "
+        "(B-A) with a bootstrap confidence interval, two-sided paired p-value, and the multiple-comparison "
+        "correction over all metric x run comparisons. Pairing: " + PAIRING_RULE + " (listed in the "
+        "output). " + FORMATS_HELP,
+        step=compare_step,
+        step_inputs=lambda o: {"qrels": o.qrels, **{f"run{i}": p for i, p in enumerate([o.baseline, *o.others])}},
+    ),
+    Command(
+        "fuse",
+        FuseOptions,
+        fuse,
+        help="fuse TREC run files into one run (rrf, combsum, combmnz, interpolation)",
+        description="Fuse two or more TREC runs over the same queries. Each run is ranked in trec_eval order "
+        "(score descending, then docid descending) before its ranks or scores are used.",
+    ),
+)
