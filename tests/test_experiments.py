@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 from harness.cli import build_parser, main
 from harness.datasets.beir import load_dataset
 from harness.experiments import ultrarag
-from harness.experiments.steps import STEP_KINDS
+from harness.api.commands import STEP_KINDS
 
 EXAMPLES = REPO_ROOT / "configs" / "experiments"
 TREC_EVAL_FIXTURES = REPO_ROOT / "tests" / "data" / "trec_eval"

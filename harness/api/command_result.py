@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.options import OptionsRecord
+from harness.core.options import OptionsRecord, options_doc
 
 
 @dataclass
@@ -70,6 +70,17 @@ class Command:
     step: Callable[[Any, Path], StepOutcome] | None = None
     step_inputs: Callable[[Any], dict[str, str | Path]] | None = None
     echo: bool = False  # ``function`` takes ``echo=`` for lines shown while it runs (the CLI passes print)
+
+    def __post_init__(self) -> None:
+        # ``help(harness.eval)`` shows the command's options under the function's own text.
+        doc = self.function.__doc__ or ""
+        if "Options:" not in doc:
+            self.function.__doc__ = f"{doc.rstrip()}\n\n{options_doc(self.options)}"
+
+    @property
+    def command_name(self) -> str:
+        """The command line's name for it (a step kind is named as its command)."""
+        return self.name
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Every command, in the order ``harness --help`` lists them: the one table the CLI and experiments read."""
+"""Every stage command, in the order ``harness --help`` lists them: the table the CLI and experiments read.
+
+``run`` (an experiment file) comes last and runs these as its steps: it is in
+:mod:`harness.api.experiment_commands`, which reads :data:`STEP_KINDS` from here.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,6 @@ COMMAND_LINE: tuple[Command | CommandGroup | str, ...] = (
     "harness.cli.cache_cmd",
     "harness.cli.report_cmd",
     "harness.cli.diff_cmd",
-    "harness.cli.run_cmd",
 )
 
 
@@ -32,6 +35,9 @@ def all_commands() -> dict[str, Command]:
     return found
 
 
-def step_kinds() -> dict[str, Command]:
+def _step_kinds() -> dict[str, Command]:
     """The commands an experiment file can run as steps, by step kind."""
     return {name: command for name, command in all_commands().items() if command.step is not None}
+
+
+STEP_KINDS: dict[str, Command] = _step_kinds()

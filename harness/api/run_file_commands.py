@@ -35,7 +35,15 @@ from harness.datasets.qrels import read_qrels
 from harness.evaluation.comparison import COMPARE_METRICS, PAIRING_RULE, SignificanceSettings, compare_runs
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation
 from harness.evaluation.metrics import evaluate as score_run
-from harness.evaluation.trec import read_run, read_run_columns, run_labels, write_run
+from harness.evaluation.trec import (
+    Run,
+    RunColumns,
+    cut_run,
+    read_run,
+    read_run_columns,
+    run_labels,
+    write_run,
+)
 from harness.experiments import ultrarag
 from harness.retrieval.fusion import fuse as fuse_runs
 from harness.retrieval.settings import RetrievalSettings
@@ -95,6 +103,14 @@ class EvaluateOptions(OptionsRecord):
         action="store_true",
         help="include per-query values (in the JSON with --output, else printed as `qid metric value` lines)",
     )
+    max_docs_per_query: int | None = option(
+        None,
+        low=1,
+        high=INT32_MAX,
+        metavar="N",
+        help="score only each query's first N documents in trec_eval's ranking order, as trec_eval -M N "
+        "(default: every document of the run)",
+    )
     ultrarag_save_path: Path | None = option(None, hidden=True, help=ULTRARAG_SAVE_PATH)
 
     def cutoffs(self) -> list[int] | None:
@@ -153,9 +169,12 @@ def evaluate(options: EvaluateOptions | None = None, /, **values: Any) -> Evalua
     """
     options = EvaluateOptions.coerce(options, values)
     qrels = read_qrels(options.qrels, duplicates=options.qrels_duplicates).qrels
+    run: RunColumns | Run = read_run_columns(options.run)
+    if options.max_docs_per_query is not None:
+        run = cut_run(run, options.max_docs_per_query, options.score_precision)
     evaluation = score_run(
         qrels,
-        read_run_columns(options.run),
+        run,
         options.metrics or list(EVALUATE_FAMILIES),
         ks=options.cutoffs(),
         relevance_level=options.relevance_level,

@@ -17,6 +17,7 @@ from typing import NoReturn
 from harness import __version__
 from harness.api.command_result import Command, CommandGroup
 from harness.api.commands import COMMAND_LINE
+from harness.api.experiment_commands import RUN
 from harness.core.errors import HarnessError
 from harness.core.fileio import os_error_line
 from harness.core.options import add_options, record_from_namespace
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for entry in COMMAND_LINE:
+    for entry in (*COMMAND_LINE, RUN):
         if isinstance(entry, Command):
             _add_command(subparsers, entry)
         elif isinstance(entry, CommandGroup):

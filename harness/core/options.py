@@ -271,9 +271,31 @@ class OptionsRecord(BaseModel):
                 raise ValueError(f"{name}: {problem}")
         return self
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Each record's docstring lists its options, so ``help()`` on it says what it takes."""
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.__doc__ = f"{(cls.__doc__ or cls.__name__).rstrip()}\n\n{options_doc(cls)}"
+
     def replace(self, **changes: Any) -> OptionsRecord:
         """A copy with ``changes``, checked as the original was."""
         return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def options_doc(record: type[OptionsRecord]) -> str:
+    """``Options:`` then one line per field: its name, type, default and help (``%(default)s`` filled)."""
+    lines = ["Options:"]
+    for name, info in record.model_fields.items():
+        spec = cli_spec(info)
+        default = "required" if info.is_required() else f"default {_default(info)!r}"
+        described = (spec.help or "").replace("%(default)s", str(_default(info)))
+        flag = "" if spec.hidden or spec.positional else f" [{spec.option_strings(name)[0]}]"
+        lines.append(f"    {name} ({_type_name(info)}, {default}){flag}: {described}".rstrip(": "))
+    return "\n".join(lines)
+
+
+def _type_name(info: FieldInfo) -> str:
+    return str(info.annotation).replace("typing.", "").replace("pathlib.", "").replace("<class '", "").replace("'>", "")
 
 
 def _problem(spec: CliSpec, value: Any) -> str | None:

@@ -26,6 +26,9 @@ from harness.evaluation.metrics import (
 )
 from harness.evaluation.significance import (
     CORRECTIONS,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_TEST,
     MAX_RESAMPLES,
     MIN_RESAMPLES,
     TESTS,
@@ -51,9 +54,9 @@ COMPARE_METRICS = ("ndcg@10", "map", "recall@100", "mrr@10")
 class SignificanceSettings:
     """How a difference is tested: the paired test, its resamples and seed, alpha and the correction."""
 
-    test: str = "permutation"
-    n_resamples: int = 10_000
-    seed: int = 42
+    test: str = DEFAULT_TEST
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
     alpha: float = 0.05
     correction: str = "holm"
 

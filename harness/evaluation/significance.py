@@ -25,6 +25,10 @@ _BATCH_ELEMENTS = 1 << 22
 # resamples; above a million p-values resolve below 1e-6 (finer than any correction needs) while the
 # bootstrap keeps one float per resample (8 MB at the limit) and each test takes seconds per comparison.
 MIN_RESAMPLES = 100
+# The defaults every command and stage uses (``SignificanceSettings`` reads them from here).
+DEFAULT_TEST = "permutation"
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_SEED = 42
 MAX_RESAMPLES = 1_000_000
 
 
@@ -77,8 +81,8 @@ def bootstrap_interval(
     values: Sequence[float] | np.ndarray,
     *,
     confidence: float = 0.95,
-    n_resamples: int = 10000,
-    seed: int = 42,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
 ) -> tuple[float, float]:
     """Percentile-bootstrap interval of the mean of ``values``; the one bootstrap every output uses.
 
@@ -111,9 +115,9 @@ def paired_test(
     a: np.ndarray,
     b: np.ndarray,
     *,
-    test: str = "permutation",
-    n_resamples: int = 10000,
-    seed: int = 42,
+    test: str = DEFAULT_TEST,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
     confidence: float = 0.95,
 ) -> PairedTest:
     """Two-sided paired test of a vs b plus a percentile-bootstrap CI of mean(a - b).

@@ -358,3 +358,18 @@ def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
         Path(name).stem if Path(name).suffix in (".trec", ".run", ".txt", ".tsv") else name for name in names
     ]
     return names if len(set(names)) == len(names) else [str(path) for path in paths]
+
+
+def cut_run(run: RunColumns, depth: int, score_precision: str) -> Run:
+    """Each query's first ``depth`` documents in trec_eval order, as ``trec_eval -M depth`` scores them.
+
+    With ``float32`` the scores are rounded first, as trec_eval 9 reads them, so a tie that rounding
+    makes is broken by docid at the cut exactly as it is when ranking.
+    """
+    cut: Run = {}
+    for qid, docs in run.to_run().items():
+        if score_precision == "float32":
+            with np.errstate(over="ignore"):
+                docs = {doc: float(np.float32(score)) for doc, score in docs.items()}
+        cut[qid] = dict(top_k_ranking(docs, depth))
+    return cut

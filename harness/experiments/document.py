@@ -7,7 +7,7 @@ An experiment is YAML::
     params:                              # shared values; a step refers to one as ${name}
       mirror: ../shared/data/beir
     steps:
-      - kind: eval                       # one of STEP_KINDS
+      - kind: eval                       # a command that runs as a step (harness.api.commands.STEP_KINDS)
         id: eval                         # default: the kind (kind-2, kind-3 when it repeats)
         dataset: scifact
         model: [bm25, minilm]
@@ -27,22 +27,46 @@ UltraRAG parameter file takes dotted paths into the file (``--set evaluation.sav
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import field_validator
 
 from harness.core.config import Record, read_mapping, validate
 from harness.core.errors import HarnessError, InputError
+from harness.core.options import OptionsRecord
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.experiments import ultrarag
-from harness.experiments.steps import STEP_KINDS, StepKind, StepOptions
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_-]*)\}")
 DEFAULT_OUTPUT_ROOT = "experiments"
 TOP_LEVEL_SETTABLE = ("name", "output")
+# Command options a step does not take: a step writes into its own folder.
+NOT_STEP_OPTIONS = ("output",)
+
+
+class StepResult(Protocol):
+    """What running a step gives back (``harness.api.command_result.StepOutcome``)."""
+
+    outputs: list[Path]
+    summary: list[str]
+    reused: bool
+    exit_code: int
+
+
+class StepKind(Protocol):
+    """A command that runs as a step: its name, its options record, how it runs, what it reads.
+
+    ``step_inputs`` is None when the stage's own cache decides reuse (eval, reproduce).
+    """
+
+    name: str
+    options: type[OptionsRecord]
+    step: Callable[[Any, Path], StepResult]
+    step_inputs: Callable[[Any], dict[str, str | Path]] | None
 
 
 class ExperimentRecord(Record):
@@ -68,11 +92,17 @@ class Step:
 
     id: str
     kind: StepKind
-    options: StepOptions
+    options: OptionsRecord
     directory: Path
 
+    def options_json(self, *, exclude_defaults: bool = False) -> dict[str, Any]:
+        """The step's options as JSON values (those of its command a step does not take left out)."""
+        return self.options.model_dump(
+            mode="json", exclude=set(NOT_STEP_OPTIONS), exclude_defaults=exclude_defaults
+        )
+
     def resolved(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind.name, **self.options.model_dump(mode="json")}
+        return {"id": self.id, "kind": self.kind.name, **self.options_json()}
 
 
 @dataclass(frozen=True)
@@ -115,8 +145,13 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    """Read, override, substitute and validate an experiment file (or an UltraRAG parameter file)."""
+def load_experiment(
+    path: str | Path, overrides: list[str] | None, kinds: Mapping[str, StepKind]
+) -> Experiment:
+    """Read, override, substitute and validate an experiment file (or an UltraRAG parameter file).
+
+    ``kinds``: the commands a step may name, by kind.
+    """
     path = Path(path)
     overrides = list(overrides or [])
     document = read_mapping(path)
@@ -132,7 +167,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     else:
         origin = "experiment"
     record = validate(ExperimentRecord, document, path)
-    raw_steps = _with_ids(record.steps, path)
+    raw_steps = _with_ids(record.steps, path, kinds)
     params = dict(record.params)
     top_level = {"name": record.name or path.stem, "output": record.output}
     for key, value in pairs:
@@ -150,7 +185,7 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
     )
     known["output"] = str(output_text)
     output = Path(known["output"])
-    steps = [_step(raw, known, output, path) for raw in raw_steps]
+    steps = [_step(kinds[raw["kind"]], raw, known, output, path) for raw in raw_steps]
     resolved_params = {name: known[name] for name in params}
     return Experiment(str(top_level["name"]), path, output, resolved_params, steps, overrides, origin)
 
@@ -166,17 +201,15 @@ def _set_path(document: dict[str, Any], dotted: str, value: Any, path: Path) -> 
     node[last] = value
 
 
-def _with_ids(steps: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+def _with_ids(steps: list[dict[str, Any]], path: Path, kinds: Mapping[str, StepKind]) -> list[dict[str, Any]]:
     """Each step as a dict with a unique ``id`` and a known ``kind``."""
     seen: dict[str, int] = {}
     named = []
     for number, raw in enumerate(steps, start=1):
         kind = raw.get("kind")
-        if kind not in STEP_KINDS:
+        if kind not in kinds:
             problem = "missing key 'kind'" if kind is None else f"unknown kind {kind!r}"
-            raise InputError(
-                path, None, f"steps[{number}]: {problem}", f"choose one of {', '.join(STEP_KINDS)}"
-            )
+            raise InputError(path, None, f"steps[{number}]: {problem}", f"choose one of {', '.join(kinds)}")
         seen[kind] = seen.get(kind, 0) + 1
         step_id = str(raw.get("id") or (kind if seen[kind] == 1 else f"{kind}-{seen[kind]}"))
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", step_id) or any(s["id"] == step_id for s in named):
@@ -224,9 +257,11 @@ def _lookup(name: str, known: dict[str, Any], path: Path, where: str) -> Any:
     return known[name]
 
 
-def _step(raw: dict[str, Any], known: dict[str, Any], output: Path, path: Path) -> Step:
-    kind = STEP_KINDS[raw["kind"]]
+def _step(kind: StepKind, raw: dict[str, Any], known: dict[str, Any], output: Path, path: Path) -> Step:
     where = f"step {raw['id']!r} ({kind.name})"
     values = {key: value for key, value in raw.items() if key not in ("id", "kind")}
+    for key in values:
+        if str(key).replace("-", "_") in NOT_STEP_OPTIONS:
+            raise InputError(path, None, f"{where}: unknown key {key!r} (check its spelling)")
     options = validate(kind.options, substitute(values, known, path, where), path, where)
     return Step(raw["id"], kind, options, output / raw["id"])

@@ -30,7 +30,7 @@ SUMMARY_FILE = "steps.json"
 
 
 @dataclass
-class StepOutcome:
+class StepRun:
     """One step of a run: ``ran`` or ``reused``, what it wrote and said, how long it took."""
 
     step: Step
@@ -53,15 +53,15 @@ class StepOutcome:
 
 def step_key(step: Step) -> tuple[str | None, str]:
     """``(key, why)``: the digest of what a cached step depends on, or ``None`` and why there is none."""
-    if step.kind.inputs is None:
+    if step.kind.step_inputs is None:
         return None, "the pipeline's result cache reuses each unchanged dataset x model pair"
-    files = step.kind.inputs(step.options)
+    files = step.kind.step_inputs(step.options)
     absent = [str(path) for path in files.values() if not Path(path).is_file()]
     if absent:
         return None, f"input {absent[0]} is not there yet"
     payload = {
         "kind": step.kind.name,
-        "options": step.options.model_dump(mode="json"),
+        "options": step.options_json(),
         "inputs": {role: info["sha256"] for role, info in describe_inputs(files).items()},
         "harness": __version__,
     }
@@ -88,14 +88,14 @@ def plan(experiment: Experiment) -> list[str]:
         lines.append("parameters: " + ", ".join(f"{k}={_short(v)}" for k, v in experiment.params.items()))
     for number, step in enumerate(experiment.steps, start=1):
         key, why = step_key(step)
-        if step.kind.inputs is None:
+        if step.kind.step_inputs is None:
             verdict = f"runs; {why}"
         elif reusable(step, key) is not None:
             verdict = "reused (options and inputs unchanged)"
         else:
             verdict = f"runs ({why if key is None else 'no earlier run with these options and inputs'})"
         lines.append(f"{number}. {step.id} [{step.kind.name}] -> {step.directory}/: {verdict}")
-        for name, value in step.options.model_dump(mode="json", exclude_defaults=True).items():
+        for name, value in step.options_json(exclude_defaults=True).items():
             lines.append(f"     {name}: {_short(value)}")
     return lines
 
@@ -108,12 +108,12 @@ def _short(value: Any) -> str:
 
 def run_experiment(
     experiment: Experiment, echo: Callable[[str], None] = lambda line: None
-) -> list[StepOutcome]:
+) -> list[StepRun]:
     """Run (or reuse) every step in order; a failing step stops the experiment with its error."""
     experiment.output.mkdir(parents=True, exist_ok=True)
     with atomic_write(experiment.output / RESOLVED_FILE) as handle:
         yaml.safe_dump(experiment.resolved(), handle, sort_keys=False, allow_unicode=True)
-    outcomes: list[StepOutcome] = []
+    outcomes: list[StepRun] = []
     try:
         for step in experiment.steps:
             outcome = _run_step(step)
@@ -129,15 +129,15 @@ def run_experiment(
     return outcomes
 
 
-def _run_step(step: Step) -> StepOutcome:
+def _run_step(step: Step) -> StepRun:
     started = time.perf_counter()
     key, _ = step_key(step)
     previous = reusable(step, key)
     if previous is not None:
-        return StepOutcome(step, "reused", previous, [], time.perf_counter() - started)
+        return StepRun(step, "reused", previous, [], time.perf_counter() - started)
     step.directory.mkdir(parents=True, exist_ok=True)
-    result = step.kind.run(step.options, step.directory)
-    if key is None and step.kind.inputs is not None:
+    result = step.kind.step(step.options, step.directory)
+    if key is None and step.kind.step_inputs is not None:
         key, _ = step_key(step)  # inputs made by an earlier step of this run exist now
     if key is not None:
         atomic_write_json(
@@ -145,12 +145,12 @@ def _run_step(step: Step) -> StepOutcome:
             {
                 "kind": step.kind.name,
                 "key": key,
-                "options": step.options.model_dump(mode="json"),
+                "options": step.options_json(),
                 "outputs": [str(path) for path in result.outputs],
                 "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             },
         )
     status = "reused" if result.reused else "ran"
-    return StepOutcome(
+    return StepRun(
         step, status, result.outputs, result.summary, time.perf_counter() - started, result.exit_code
     )

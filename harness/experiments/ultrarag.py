@@ -36,6 +36,7 @@ DEFAULT_KS = (1, 5, 10, 20, 50, 100)
 DEFAULT_PVALUE_METRICS = ("recall", "ndcg", "precision", "map")
 DEFAULT_RESAMPLES = 10_000
 SIGNIFICANCE_LEVEL = 0.05
+PAIRED_TEST = "permutation"  # UltraRAG's sign-flip test, whatever the harness's default
 # UltraRAG's answer metric names -> the harness's score keys.
 ANSWER_METRICS = {
     "acc": "acc",
@@ -223,7 +224,7 @@ def _evaluate_trec_pvalue(
         "others": [evaluation.run_new_path],
         "metrics": trec_metric_names(ir_metrics, evaluation.ks or DEFAULT_KS),
         "qrels_duplicates": "last",
-        "test": "permutation",
+        "test": PAIRED_TEST,
         "n_resamples": evaluation.n_resamples or DEFAULT_RESAMPLES,
         "alpha": SIGNIFICANCE_LEVEL,
         "correction": "none",
