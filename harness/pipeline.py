@@ -14,23 +14,41 @@ import datetime as dt
 import logging
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import model_validator
+
 from harness import __version__
 from harness.core.errors import HarnessError
+from harness.core.options import (
+    INT32_MAX,
+    MAX_BATCH_SIZE,
+    MAX_WORKERS,
+    OptionsRecord,
+    field_defaults,
+    folder,
+    option,
+)
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.core.protocols import EvalDataset
 from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
-from harness.datasets.qrels import DEFAULT_DUPLICATES
 from harness.encoding.embedding_cache import EmbeddingCache
-from harness.encoding.plan import EncodingSettings, encoder_spec_for, encoding_plan_for
+from harness.encoding.onnx_quantize import INT8_VARIANTS
+from harness.encoding.plan import EXECUTORS, EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.pool import parse_devices
 from harness.encoding.runtime import check_encoder_options
-from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, PIPELINE_METRICS, EvaluationSettings
+from harness.evaluation.metrics import EvaluationSettings
+from harness.evaluation.scoring_options import (
+    complete_option,
+    ks_option,
+    qrels_duplicates_option,
+    relevance_level_option,
+    score_precision_option,
+)
 from harness.evaluation.trec import Run, top_k_ranking, write_run
+from harness.models.model_registry import PRECISIONS, RUNTIMES
 from harness.models.resolve import ResolvedModel, resolve_model
 from harness.provenance import StageTimer, environment_info
 from harness.results.result_store import StoredResult, load_result, result_dir, write_result
@@ -54,95 +72,157 @@ StageSettings = TypeVar(
 )
 
 
-@dataclass
-class EvalOptions:
-    """Everything ``harness eval`` can be told; ``None`` means the registry's or the harness's default.
+# How the corpus is encoded (harness.encoding.plan); recorded in provenance but never part of the
+# result-reuse config or the cache key: every plan writes the same vectors.
+SCALING_OUT = (
+    "scaling out",
+    "how the corpus is encoded; every choice writes the same embeddings (see README)",
+)
+# A folder left out is the environment's (HARNESS_RESULTS_DIR, ...), read when the options are made.
+_FOLDERS = {"results_dir": default_results_dir, "data_dir": default_data_dir, "cache_dir": default_cache_dir}
+# The encoder's options, recorded only when given so that runs without them keep their earlier config.
+_ENCODER_OPTIONS = ("runtime", "precision", "int8")
 
-    The flat form the CLI and suites fill in; each stage is handed only its own part
-    (``data_settings``, ``encoding_settings``, ``retrieval_settings``, ``evaluation_settings``).
+
+class EvalOptions(OptionsRecord):
+    """The pipeline's options: what ``harness eval``, ``harness encode`` and ``harness reproduce`` share.
+
+    Each field is a command-line option under its argparse name (``top_k`` for ``--top-k``,
+    ``no_progress``, ``runtime``/``precision``/``int8``, ``devices`` as the comma-separated text); a folder
+    left out is the environment's (``HARNESS_RESULTS_DIR``, ``HARNESS_DATA_DIR``, ``HARNESS_CACHE_DIR``).
+    Each stage is handed only its own part: :meth:`data_settings`, :meth:`encoding_settings`,
+    :meth:`retrieval_settings`, :meth:`evaluation_settings`; :meth:`stage_values` is the flat form
+    ``provenance.json`` records.
+
+    Example: ``run_eval("scifact", "minilm", EvalOptions(top_k=100, metrics=["ndcg@10"], no_progress=True))``.
     """
 
-    split: str | None = None
-    top_k: int = 1000
-    batch_size: int = 128
-    device: str | None = None
-    index: str = "Flat"
-    results_dir: Path = field(default_factory=default_results_dir)
-    data_dir: Path = field(default_factory=default_data_dir)
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    mirror: str | None = None
-    drop_identical_ids: bool | None = None
-    metrics: list[str] = field(default_factory=lambda: list(PIPELINE_METRICS))
-    ks: list[int] | None = None  # cut-offs for bare family names in ``metrics``
-    relevance_level: int = 1
-    complete: bool = False
-    score_precision: str = DEFAULT_SCORE_PRECISION  # "float32": rank as trec_eval 9 / pytrec_eval
-    strict: bool = False
-    qrels_duplicates: str = DEFAULT_DUPLICATES  # a pair judged twice: "error" (trec_eval) or "last" (BEIR)
-    trust_remote_code: bool = False
-    shard_size: int | None = None  # None: sized by the corpus (harness.core.cache.auto_shard_size)
-    force: bool = False
-    progress: bool = True
-    encoder_options: dict[str, Any] = field(default_factory=dict)
-    # How the corpus is encoded (harness.encoding.plan); recorded in provenance but never part of the
-    # result-reuse config or the cache key: every plan writes the same vectors.
-    workers: int | None = None
-    devices: list[str] | None = None
-    executor: str = "local"
-    ray_address: str | None = None
+    split: str | None = option(
+        DataSettings.split, help="split to evaluate (default: the one the papers report)"
+    )
+    top_k: int = option(RetrievalSettings.top_k, low=1, high=INT32_MAX, help="documents retrieved per query")
+    batch_size: int = option(
+        EncodingSettings.batch_size, low=1, high=MAX_BATCH_SIZE, help="encoding batch size"
+    )
+    device: str | None = option(
+        EncodingSettings.device, help="cpu, cuda, cuda:1, mps (default: the best available)"
+    )
+    index: str = option(
+        RetrievalSettings.index,
+        help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48np[,nprobe=N]",
+    )
+    results_dir: Path = option(None, parse=folder)
+    data_dir: Path = option(None, parse=folder, help="env HARNESS_DATA_DIR")
+    cache_dir: Path = option(None, parse=folder, help="env HARNESS_CACHE_DIR")
+    mirror: str | None = option(
+        DataSettings.mirror, help="URL prefix or local folder with BEIR datasets (env HARNESS_BEIR_MIRROR)"
+    )
+    drop_identical_ids: bool | None = option(
+        RetrievalSettings.drop_identical_ids,
+        action="store_const",
+        const=True,
+        negative="--keep-identical-ids",
+        help="drop hits whose doc id equals the query id (default: the dataset's convention)",
+    )
+    metrics: list[str] = option(
+        list(EvaluationSettings.metrics), nargs="+", help="metric names (ndcg@10, map, ...) or bare families"
+    )
+    ks: list[int] | None = ks_option()
+    relevance_level: int = relevance_level_option()
+    complete: bool = complete_option()
+    score_precision: str = score_precision_option()
+    strict: bool = option(
+        DataSettings.strict, action="store_true", help="qrels naming unknown ids are errors"
+    )
+    qrels_duplicates: str = qrels_duplicates_option()
+    trust_remote_code: bool = option(False, action="store_true", help="allow a model's own Python code")
+    shard_size: int | None = option(
+        EncodingSettings.shard_size,
+        low=1,
+        high=INT32_MAX,
+        help="documents per embedding shard (default: corpus/8, between 256 and 50000, so a killed run resumes)",
+    )
+    force: bool = option(False, action="store_true", help="recompute even when an equal result exists")
+    no_progress: bool = option(False, action="store_true", help="hide progress bars")
+    runtime: str | None = option(
+        None,
+        choices=RUNTIMES,
+        deprecated=("--backend",),
+        help="runtime of the forward pass: exact (default: the fastest whose vectors equal torch fp32, "
+        "checked once per model), torch, or onnx (ONNX Runtime, exported once into the cache)",
+    )
+    precision: str | None = option(
+        None,
+        choices=PRECISIONS,
+        help="fp32 (default); bf16 on CPUs with native bf16 or on GPUs; fp16 on GPUs; int8 with the onnx "
+        "runtime on CPUs (see --int8); fast: the fastest setting here whose once-per-model check passes. "
+        "All but fp32 are approximate: vectors differ from fp32, each checked once against torch fp32",
+    )
+    int8: str | None = option(
+        None,
+        choices=("auto", *INT8_VARIANTS),
+        help="how --precision int8 quantizes: auto (default: nbits8, the variant that passes its check) or "
+        "a named variant, e.g. dynamic (faster, further from fp32; dynamic-7bit on CPUs without VNNI)",
+    )
+    workers: int | None = option(
+        EncodingSettings.workers,
+        low=1,
+        high=MAX_WORKERS,
+        group=SCALING_OUT,
+        help="encoding workers (default: one per GPU, else one CPU process per 4 cores)",
+    )
+    devices: str | None = option(
+        None, group=SCALING_OUT, help="comma-separated devices, one worker each, e.g. cuda:0,cuda:1"
+    )
+    executor: str = option(
+        EncodingSettings.executor,
+        choices=EXECUTORS,
+        group=SCALING_OUT,
+        help="local processes, or Ray actors (needs the [ray] extra; a local Ray starts if none is given)",
+    )
+    ray_address: str | None = option(
+        EncodingSettings.ray_address,
+        group=SCALING_OUT,
+        help="Ray cluster to join, e.g. ray://head:10001 (env RAY_ADDRESS)",
+    )
 
-    def __post_init__(self) -> None:
-        self.results_dir = Path(self.results_dir)
-        self.data_dir = Path(self.data_dir)
-        self.cache_dir = Path(self.cache_dir)
-        self.retrieval_settings()  # bad values fail here, before any work
-        self.encoding_settings()
-
+    @model_validator(mode="before")
     @classmethod
-    def from_command_options(cls, values: Mapping[str, Any]) -> EvalOptions:
-        """The options of ``harness eval`` (argparse dests, e.g. ``top_k``, ``no_progress``) as ``EvalOptions``.
+    def _folders_from_the_environment(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        values = {str(key).replace("-", "_"): value for key, value in data.items()}
+        return {**values, **{name: make() for name, make in _FOLDERS.items() if values.get(name) is None}}
 
-        One translation for every caller (the command line, experiment steps); absent or ``None`` folders
-        mean the defaults (env ``HARNESS_*_DIR``).
-        """
-        get = values.get
-        folders = {
-            name: get(name) or default()
-            for name, default in (
-                ("results_dir", default_results_dir),
-                ("data_dir", default_data_dir),
-                ("cache_dir", default_cache_dir),
-            )
-        }
-        return cls(
-            split=get("split"),
-            top_k=get("top_k", 1000),
-            batch_size=get("batch_size", 128),
-            device=get("device"),
-            index=get("index", "Flat"),
-            **folders,
-            mirror=get("mirror"),
-            drop_identical_ids=get("drop_identical_ids"),
-            metrics=list(get("metrics") or PIPELINE_METRICS),
-            ks=list(get("ks")) if get("ks") else None,
-            relevance_level=get("relevance_level", 1),
-            complete=bool(get("complete", False)),
-            score_precision=get("score_precision") or DEFAULT_SCORE_PRECISION,
-            strict=bool(get("strict", False)),
-            qrels_duplicates=get("qrels_duplicates", DEFAULT_DUPLICATES),
-            trust_remote_code=bool(get("trust_remote_code", False)),
-            shard_size=get("shard_size"),
-            force=bool(get("force", False)),
-            progress=not get("no_progress", False),
-            workers=get("workers"),
-            devices=parse_devices(get("devices")),
-            executor=get("executor", "local"),
-            ray_address=get("ray_address"),
-            # Only what was asked for, so runs without these options keep their earlier result config.
-            encoder_options={
-                key: get(key) for key in ("runtime", "precision", "int8") if get(key) is not None
-            },
-        )
+    @property
+    def progress(self) -> bool:
+        """Whether progress bars are shown (``--no-progress`` hides them)."""
+        return not self.no_progress
+
+    @property
+    def encoder_options(self) -> dict[str, Any]:
+        """``runtime``, ``precision``, ``int8``: only those given, so runs without them keep their config."""
+        return {name: getattr(self, name) for name in _ENCODER_OPTIONS if getattr(self, name) is not None}
+
+    def stage_values(self) -> dict[str, Any]:
+        """Every option as the stages name it, in the order ``provenance.json``'s ``options`` block has
+        always listed them: ``progress``, ``encoder_options``, ``devices`` as a list; an empty ``metrics``
+        or ``ks`` means the default, as an absent option does."""
+        values: dict[str, Any] = {}
+        for (
+            name
+        ) in EvalOptions.model_fields:  # a command's own fields (dataset, model...) are not options here
+            if name == "no_progress":
+                values["progress"] = self.progress
+            elif name in _ENCODER_OPTIONS:
+                values.setdefault("encoder_options", self.encoder_options)
+            elif name == "devices":
+                values["devices"] = parse_devices(self.devices)
+            else:
+                values[name] = getattr(self, name)
+        values["metrics"] = list(self.metrics or EvaluationSettings.metrics)
+        values["ks"] = list(self.ks) if self.ks else None
+        return values
 
     def data_settings(self) -> DataSettings:
         return self._part(DataSettings)
@@ -158,9 +238,8 @@ class EvalOptions:
 
     def _part(self, settings_type: type[StageSettings]) -> StageSettings:
         """One stage's settings: its fields, copied from the options of the same name."""
-        return settings_type(
-            **{part.name: copy.copy(getattr(self, part.name)) for part in fields(settings_type)}
-        )
+        values = self.stage_values()
+        return settings_type(**{part.name: copy.copy(values[part.name]) for part in fields(settings_type)})
 
 
 @dataclass(frozen=True)
@@ -318,7 +397,8 @@ def _provenance(
         "command": sys.argv,
         "config": config,
         "options": {
-            key: str(value) if isinstance(value, Path) else value for key, value in asdict(options).items()
+            key: str(value) if isinstance(value, Path) else value
+            for key, value in options.stage_values().items()
         },
         "dataset": {
             "name": dataset.name,
@@ -588,7 +668,7 @@ def unused_options(model: ResolvedModel, options: EvalOptions) -> list[str]:
     """The options set away from their defaults that change nothing for ``model``."""
     if not model.record.is_lexical:
         return []
-    defaults = {part.name: part.default for part in fields(EvalOptions)}
+    defaults = field_defaults(EvalOptions)
     changed = [flag for name, flag in DENSE_ONLY_OPTIONS.items() if getattr(options, name) != defaults[name]]
     return changed + [f"--{name}" for name in options.encoder_options]
 

@@ -35,7 +35,9 @@ def prepare(variants: list[str], cache_dir: Path, work: Path) -> dict[str, str]:
     """Export and quantize (cached), tokenize the check sample once; returns variant -> graph path."""
     from sentence_transformers import SentenceTransformer
 
-    from harness.encoding.onnx import ensure_exported, ensure_quantized, exact_sample_texts, int8_settings
+    from harness.encoding.onnx_export import ensure_exported
+    from harness.encoding.onnx_quantize import ensure_quantized, int8_settings
+    from harness.encoding.runtime_checks import exact_sample_texts
     from harness.models.resolve import resolve_model
 
     model = resolve_model(MODEL_ID)
@@ -67,7 +69,8 @@ def vectors(graph: str, features: dict[str, np.ndarray]) -> np.ndarray:
 
 def child(graphs: dict[str, str], work: Path, names: list[str]) -> None:
     """Runs (natively or emulated) the graphs ``names``; prints their errors against the native fp32."""
-    from harness.encoding.onnx import relative_error  # the check's statistic (numpy only: light to emulate)
+    # The check's statistic (numpy only: light to emulate).
+    from harness.encoding.runtime_checks import relative_error
 
     features = dict(np.load(work / "features.npz"))
     reference = np.load(work / "fp32.npy")

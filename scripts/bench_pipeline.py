@@ -158,7 +158,7 @@ def _runtime_line(runtime: str | None, precision: str, int8: str | None = None, 
 
 
 def _int8_lines() -> dict:
-    from harness.encoding.onnx import INT8_VARIANTS
+    from harness.encoding.onnx_quantize import INT8_VARIANTS
 
     return {f"int8-{variant}": _runtime_line("onnx", "int8", variant) for variant in INT8_VARIANTS if variant != "per-tensor"}
 
@@ -166,7 +166,7 @@ def _int8_lines() -> dict:
 def cpu_lines() -> list[str]:
     """The CPU's model, relevant flags, int8 class and the int8 variant it gets by default."""
     from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
-    from harness.encoding.onnx import int8_settings
+    from harness.encoding.onnx_quantize import int8_settings
 
     model = "unknown CPU"
     with contextlib.suppress(OSError):

@@ -2,7 +2,7 @@
 of ``--repeats`` interleaved rounds after a warm-up), docs/s, speed-up and vector error against torch fp32.
 
 A quick way to see what a CPU gains from each setting before the full ``bench_pipeline.py`` run; the
-vector error is the one the precision check bounds (``harness.encoding.onnx.APPROXIMATE_TOLERANCE``).
+vector error is the one the precision check bounds (``harness.encoding.runtime_checks.APPROXIMATE_TOLERANCE``).
 
 Usage: ``python scripts/bench_precision.py [--dataset-dir ../shared/data/beir/scifact] [--docs 512]``
 """
@@ -17,9 +17,10 @@ import numpy as np
 
 from harness.datasets.beir import load_dataset
 from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
-from harness.encoding.encoder import Encoder
-from harness.encoding.onnx import APPROXIMATE_TOLERANCE, INT8_VARIANTS, agreement
+from harness.encoding.onnx_quantize import INT8_VARIANTS
 from harness.encoding.runtime import cpu_has_native_bf16
+from harness.encoding.runtime_checks import APPROXIMATE_TOLERANCE, agreement
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.resolve import resolve_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 
 
 def settings() -> dict[str, dict]:
-    """name -> Encoder arguments: the exact candidates, bf16 where native, every int8 variant."""
+    """name -> build_encoder arguments: the exact candidates, bf16 where native, every int8 variant."""
     lines = {
         "torch fp32": {"runtime": "torch"},
         "onnx fp32": {"runtime": "onnx"},
@@ -53,7 +54,7 @@ def main() -> None:
     docs = list(load_dataset(args.dataset_dir, "test").iter_documents())
     sample = np.random.default_rng(0).choice(len(docs), min(args.docs, len(docs)), replace=False)
     encoders = {
-        name: Encoder(model, device="cpu", batch_size=args.batch_size, cache_dir=args.cache_dir, **options)
+        name: build_encoder(model, device="cpu", batch_size=args.batch_size, cache_dir=args.cache_dir, **options)
         for name, options in settings().items()
     }
     texts = [encoders["torch fp32"].document_text(docs[i]) for i in sample]

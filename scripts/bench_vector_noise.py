@@ -1,5 +1,5 @@
 """How far can a model's vectors move before nDCG@10 and Recall@100 move? The measured basis of the
-precision check's bound (``harness.encoding.onnx.APPROXIMATE_TOLERANCE``).
+precision check's bound (``harness.encoding.runtime_checks.APPROXIMATE_TOLERANCE``).
 
 Takes the exact fp32 vectors of a dataset (encoded once, or found in the embedding cache), moves every
 corpus and query vector by a random direction of relative length ``e`` (so every vector has error
@@ -24,7 +24,7 @@ import numpy as np
 
 from harness.datasets.beir import load_dataset
 from harness.encoding.embedding_cache import EmbeddingCache
-from harness.encoding.encoder import Encoder
+from harness.encoding.runtime_choice import build_encoder
 from harness.evaluation.metrics import evaluate
 from harness.models.resolve import resolve_model
 from harness.qa.rag.embedding_metrics import normalise
@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     dataset = load_dataset(args.dataset_dir)
-    encoder = Encoder(resolve_model(args.model), device="cpu", batch_size=128, cache_dir=args.cache_dir)
+    encoder = build_encoder(resolve_model(args.model), device="cpu", batch_size=128, cache_dir=args.cache_dir)
     cache = EmbeddingCache(args.cache_dir)
     doc_ids, corpus = cache.corpus(dataset, encoder, progress=False).load_all()
     query_ids, queries = cache.queries(dataset, encoder)

@@ -46,7 +46,7 @@ def eval_options(root: Path, **overrides) -> EvalOptions:
         results_dir=root / "results",
         data_dir=root / "data",
         cache_dir=root / "cache",
-        progress=False,
+        no_progress=True,
     )
     settings.update(overrides)
     return EvalOptions(**settings)

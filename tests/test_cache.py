@@ -19,7 +19,8 @@ from harness.core.cache import cache_entries
 from harness.datasets.beir import load_dataset
 from harness.encoding.embedding_cache import EmbeddingCache, ShardJob, encode_corpus_shards, shard_paths
 from harness.encoding.encoder import Encoder
-from harness.encoding.onnx import ensure_exported
+from harness.encoding.onnx_export import ensure_exported
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.resolve import resolve_model, resolve_record
 from harness.retrieval.bm25 import BM25Retriever
 from harness.retrieval.dense import build_or_load_index, parse_index_spec
@@ -73,7 +74,8 @@ class CountingEncoder(Encoder):
 
 
 def _encoder(model_dir: Path, **overrides) -> CountingEncoder:
-    return CountingEncoder(resolve_record(tiny_record(model_dir, **overrides)), device="cpu", batch_size=2)
+    model = resolve_record(tiny_record(model_dir, **overrides))
+    return build_encoder(model, device="cpu", batch_size=2, encoder_class=CountingEncoder)
 
 
 def test_corpus_is_stored_in_file_order_shards_equal_to_direct_encoding(tmp_path, beir_folder, tiny_bert_dir):
@@ -108,7 +110,7 @@ def test_identical_rerun_encodes_nothing_and_loads_no_model(tmp_path, beir_folde
     hit = cache.corpus(dataset, again, shard_size=4, progress=False)
     hit_ids, hit_queries = cache.queries(dataset, again)
     assert (again.documents_encoded, again.queries_encoded) == (0, 0)
-    assert again._st_model is None  # a full hit never even loads the model
+    assert again.loaded.weights.st_model is None  # a full hit never even loads the model
     assert hit.directory == corpus.directory
     np.testing.assert_array_equal(hit.load_all()[1], corpus.load_all()[1])
     assert hit_ids == query_ids
@@ -184,14 +186,14 @@ import sys, time
 from pathlib import Path
 from harness.encoding.embedding_cache import EmbeddingCache
 from harness.datasets.beir import load_dataset
-from harness.encoding.encoder import Encoder
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.model_registry import ModelRecord
 from harness.models.resolve import resolve_record
 
 data_dir, model_dir, cache_dir = sys.argv[1:4]
 record = ModelRecord(name="tiny", model_id=model_dir, kind="transformers", pooling="mean",
                      normalize=False, similarity="dot", max_length=16)
-encoder = Encoder(resolve_record(record), device="cpu", batch_size=2)
+encoder = build_encoder(resolve_record(record), device="cpu", batch_size=2)
 encode = encoder.encode_documents
 calls = []
 
@@ -281,7 +283,7 @@ def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tin
     """Embeddings, a FAISS index over them, a BM25 index and an ONNX export, all in one listing."""
     cache_dir = tmp_path / "cache"
     dataset = load_dataset(beir_folder, "test")
-    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2, cache_dir=cache_dir)
+    encoder = build_encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2, cache_dir=cache_dir)
     corpus = EmbeddingCache(cache_dir).corpus(dataset, encoder, shard_size=4, progress=False)
     build_or_load_index(parse_index_spec("HNSW8"), corpus)
     BM25Retriever(resolve_model("bm25").record, cache_dir=cache_dir, progress=False).retrieve(dataset, 5)

@@ -11,7 +11,8 @@ from tiny_bert import tiny_record
 
 from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
-from harness.encoding.encoder import Encoder, pick_device
+from harness.encoding.encoder import pick_device
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.model_registry import ModelRecord, find_record
 from harness.models.resolve import resolve_model, resolve_record
 
@@ -59,7 +60,7 @@ def test_transformers_backend_pooling_matches_hand_computation(
     tiny_bert_dir: Path, pooling: str, normalize: bool
 ):
     record = tiny_record(tiny_bert_dir, pooling=pooling, normalize=normalize, query_prefix="query: ")
-    encoder = Encoder(resolve_record(record), device="cpu", batch_size=2)
+    encoder = build_encoder(resolve_record(record), device="cpu", batch_size=2)
     got = encoder.encode_queries(TEXTS)
     want = _hand_vectors(tiny_bert_dir, [f"query: {t}" for t in TEXTS], pooling, 16, normalize)
     assert got.dtype == np.float32 and got.shape == (len(TEXTS), 32)
@@ -77,7 +78,7 @@ def test_transformers_backend_pooling_matches_hand_computation(
 
 def test_document_text_joins_title_like_beir_and_adds_prefix(tiny_bert_dir: Path):
     record = tiny_record(tiny_bert_dir, doc_prefix="passage: ", max_length=32)
-    encoder = Encoder(resolve_record(record), device="cpu", batch_size=4)
+    encoder = build_encoder(resolve_record(record), device="cpu", batch_size=4)
     docs = [
         Document("d1", "Immune cells", "  They fight cancer. "),
         Document("d2", "", "dna and rna"),
@@ -94,7 +95,7 @@ def test_document_text_joins_title_like_beir_and_adds_prefix(tiny_bert_dir: Path
 def test_contriever_record_gives_unnormalised_mean_pooled_dot_scores(tiny_bert_dir: Path):
     contriever = find_record("contriever")
     record = contriever.model_copy(update={"model_id": str(tiny_bert_dir), "max_length": 24})
-    encoder = Encoder(resolve_record(record), device="cpu", batch_size=3)
+    encoder = build_encoder(resolve_record(record), device="cpu", batch_size=3)
     queries = ["immune cells in cancer", "virus"]
     docs = [Document(f"d{i}", f"title {i}", text) for i, text in enumerate(TEXTS)]
     scores = encoder.encode_queries(queries) @ encoder.encode_documents(docs).T
@@ -112,7 +113,7 @@ def test_contriever_record_gives_unnormalised_mean_pooled_dot_scores(tiny_bert_d
 def test_sentence_transformers_backend_matches_sentence_transformers(tiny_st_dir: Path, tiny_bert_dir: Path):
     from sentence_transformers import SentenceTransformer
 
-    encoder = Encoder(resolve_model(str(tiny_st_dir)), device="cpu", batch_size=2)
+    encoder = build_encoder(resolve_model(str(tiny_st_dir)), device="cpu", batch_size=2)
     got = encoder.encode_queries(TEXTS)
     reference = SentenceTransformer(str(tiny_st_dir), device="cpu").encode(TEXTS, batch_size=2)
     np.testing.assert_allclose(got, reference, atol=1e-6)
@@ -125,14 +126,14 @@ def test_sentence_transformers_backend_matches_sentence_transformers(tiny_st_dir
 def test_record_max_length_overrides_the_folder(tiny_st_dir: Path, tiny_bert_dir: Path):
     model = resolve_model(str(tiny_st_dir))
     short = dataclasses.replace(model, record=model.record.model_copy(update={"max_length": 8}))
-    got = Encoder(short, device="cpu").encode_queries(TEXTS)
+    got = build_encoder(short, device="cpu").encode_queries(TEXTS)
     np.testing.assert_allclose(got, _hand_vectors(tiny_bert_dir, TEXTS, "mean", 8, normalize=True), atol=1e-5)
-    assert Encoder(short, device="cpu").settings() != Encoder(model, device="cpu").settings()
+    assert build_encoder(short, device="cpu").settings() != build_encoder(model, device="cpu").settings()
 
 
 def test_record_that_contradicts_the_model_folder_is_refused(tiny_st_dir: Path):
     wrong = tiny_record(tiny_st_dir, kind="sentence-transformers", pooling="cls", normalize=True)
-    encoder = Encoder(resolve_record(wrong), device="cpu")
+    encoder = build_encoder(resolve_record(wrong), device="cpu")
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
     assert "pooling=cls" in str(error.value) and "\n" not in str(error.value)
@@ -148,7 +149,7 @@ def test_chunked_encoding_keeps_input_order_and_reports_progress(tiny_bert_dir: 
     rng = np.random.default_rng(0)
     words = ["cell", "protein", "gene", "virus", "cancer", "blood", "brain", "study", "effect", "risk"]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 12)))) for _ in range(70)]
-    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2)
+    encoder = build_encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2)
     counter = Counter()
     together = encoder.encode_texts(texts, progress=counter)  # 70 texts = 3 chunks of up to 32
     one_by_one = np.concatenate([encoder.encode_texts([text]) for text in texts])
@@ -162,7 +163,7 @@ def test_model_loads_lazily_and_bad_folder_fails_in_one_line(tmp_path: Path, tin
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
     (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    encoder = Encoder(resolve_record(tiny_record(folder)), device="cpu")
+    encoder = build_encoder(resolve_record(tiny_record(folder)), device="cpu")
     assert encoder.settings()["max_length"] == 16  # settings need no model
     with pytest.raises(HarnessError) as error:
         encoder.encode_queries(["dna"])
@@ -183,10 +184,10 @@ def test_pick_device(monkeypatch: pytest.MonkeyPatch):
 
 def test_encoder_refuses_bad_arguments(tiny_bert_dir: Path):
     with pytest.raises(HarnessError, match="batch size"):
-        Encoder(resolve_record(tiny_record(tiny_bert_dir)), batch_size=0)
+        build_encoder(resolve_record(tiny_record(tiny_bert_dir)), batch_size=0)
     bm25 = ModelRecord(name="bm25", kind="bm25")
     with pytest.raises(HarnessError, match="no dense encoder"):
-        Encoder(resolve_record(bm25))
+        build_encoder(resolve_record(bm25))
 
 
 @pytest.mark.slow
@@ -194,7 +195,7 @@ def test_real_minilm_matches_sentence_transformers():
     from sentence_transformers import SentenceTransformer
 
     model = resolve_model("sentence-transformers/all-MiniLM-L6-v2")
-    encoder = Encoder(model, device="cpu", batch_size=8)
+    encoder = build_encoder(model, device="cpu", batch_size=8)
     sentences = [
         "Vitamin D deficiency is associated with increased risk of tuberculosis.",
         "What causes the immune system to attack healthy cells?",

@@ -35,9 +35,9 @@ from harness.datasets.checksums import SIDECAR_FILE
 from harness.datasets.dataset_registry import SOURCE_FILE, get_dataset_record
 from harness.datasets.download import DownloadError, fetch_url
 from harness.encoding.embedding_cache import EmbeddingCache, encode_corpus_shards
-from harness.encoding.encoder import Encoder
-from harness.encoding.onnx import ensure_exported
+from harness.encoding.onnx_export import ensure_exported
 from harness.encoding.plan import EncodingSettings, encoder_spec_for
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.resolve import resolve_model, resolve_record
 from harness.results.result_store import load_result
 
@@ -574,7 +574,7 @@ def test_a_dropped_connection_is_one_clean_line(toy_registry: Path, tmp_path: Pa
 
 
 def test_a_changed_onnx_export_is_exported_again(tmp_path: Path, tiny_bert_dir: Path, caplog):
-    encoder = Encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", cache_dir=tmp_path / "cache")
+    encoder = build_encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", cache_dir=tmp_path / "cache")
     graph, record = ensure_exported(encoder.load(), encoder.model, tmp_path / "cache")
     assert record["files"]["model.onnx"]["bytes"] == graph.stat().st_size
     good = graph.read_bytes()

@@ -15,8 +15,9 @@ from tiny_bert import tiny_record
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.datasets.beir import Document
-from harness.encoding import onnx as onnx_backend
+from harness.encoding import onnx_export, runtime_checks
 from harness.encoding.encoder import Encoder
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.resolve import resolve_model, resolve_record
 
 TEXTS = [
@@ -34,7 +35,7 @@ _tiny_record = partial(tiny_record, max_length=24)
 
 
 def _encoder(model, cache: Path, **options) -> Encoder:
-    return Encoder(model, device="cpu", batch_size=2, cache_dir=cache, **options)
+    return build_encoder(model, device="cpu", batch_size=2, cache_dir=cache, **options)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
@@ -44,7 +45,7 @@ def test_onnx_equals_torch_on_the_tiny_bert(tiny_bert_dir: Path, tmp_path: Path,
     onnx_vectors = _encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS)
     assert onnx_vectors.dtype == np.float32 and onnx_vectors.shape == torch_vectors.shape == (5, 32)
     np.testing.assert_allclose(onnx_vectors, torch_vectors, rtol=1e-5, atol=1e-6)
-    assert onnx_backend.relative_error(onnx_vectors, torch_vectors) < onnx_backend.EXACT_TOLERANCE
+    assert runtime_checks.relative_error(onnx_vectors, torch_vectors) < runtime_checks.EXACT_TOLERANCE
 
 
 def test_onnx_equals_sentence_transformers_folder(tiny_st_dir: Path, tmp_path: Path):
@@ -63,7 +64,7 @@ def test_onnx_equals_sentence_transformers_folder(tiny_st_dir: Path, tmp_path: P
 def test_export_is_kept_in_the_cache_and_reused(tiny_st_dir: Path, tmp_path: Path, monkeypatch):
     model = resolve_model(str(tiny_st_dir))
     first = _encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS)
-    folder, key, _ = onnx_backend.export_folder(tmp_path, model)
+    folder, key, _ = onnx_export.export_folder(tmp_path, model)
     assert folder.parent == tmp_path / "onnx" and folder.name.startswith(model.slug)
     assert (folder / "model.onnx").is_file()
     assert json.loads((folder / "export.json").read_text())["key"] == key
@@ -72,13 +73,13 @@ def test_export_is_kept_in_the_cache_and_reused(tiny_st_dir: Path, tmp_path: Pat
     def no_export(*args, **kwargs):
         raise AssertionError("exported twice")
 
-    monkeypatch.setattr(onnx_backend, "_export", no_export)
+    monkeypatch.setattr(onnx_export, "_export", no_export)
     np.testing.assert_array_equal(_encoder(model, tmp_path, runtime="onnx").encode_queries(TEXTS), first)
     # Another max length or prefix does not change the graph: the same export serves it.
     shorter = dataclasses.replace(
         model, record=model.record.model_copy(update={"max_length": 8, "query_prefix": "q "})
     )
-    assert onnx_backend.export_folder(tmp_path, shorter)[0] == folder
+    assert onnx_export.export_folder(tmp_path, shorter)[0] == folder
     _encoder(shorter, tmp_path, runtime="onnx").encode_queries(TEXTS)
 
 
@@ -94,7 +95,7 @@ def test_int8_is_quantized_once_close_to_fp32_and_recorded(tiny_st_dir: Path, tm
     assert quantization["settings"]["method"] == "matmul_nbits" and quantization["settings"]["bits"] == 8
     # Approximate, not exact: the int8 weights move the vectors, but not far.
     cosines = (int8 * fp32).sum(axis=1) / np.linalg.norm(int8, axis=1) / np.linalg.norm(fp32, axis=1)
-    assert onnx_backend.relative_error(int8, fp32) > onnx_backend.EXACT_TOLERANCE
+    assert runtime_checks.relative_error(int8, fp32) > runtime_checks.EXACT_TOLERANCE
     assert cosines.min() > 0.95
     quantized = next((tmp_path / "onnx").glob("*/model-int8-*.onnx"))
     stamp = quantized.stat().st_mtime_ns
@@ -117,7 +118,7 @@ def test_new_weights_get_their_own_export(tiny_bert_dir: Path, tmp_path: Path):
     other = build_tiny_bert(tmp_path / "other-bert", seed=1)
     first = resolve_record(_tiny_record(tiny_bert_dir))
     second = resolve_record(_tiny_record(other))
-    assert onnx_backend.export_folder(tmp_path, first)[0] != onnx_backend.export_folder(tmp_path, second)[0]
+    assert onnx_export.export_folder(tmp_path, first)[0] != onnx_export.export_folder(tmp_path, second)[0]
 
 
 def test_failed_export_is_one_line_and_leaves_nothing(tiny_bert_dir: Path, tmp_path: Path, monkeypatch):
@@ -132,7 +133,7 @@ def test_failed_export_is_one_line_and_leaves_nothing(tiny_bert_dir: Path, tmp_p
     with pytest.raises(HarnessError) as error:
         _encoder(model, tmp_path, runtime="onnx").encode_queries(["dna"])
     assert str(error.value) == "could not export tiny to ONNX: Unsupported: ONNX export of operator foo"
-    folder = onnx_backend.export_folder(tmp_path, model)[0]
+    folder = onnx_export.export_folder(tmp_path, model)[0]
     assert list(folder.iterdir()) == []
 
 
@@ -142,28 +143,28 @@ def test_exact_check_runs_once_and_is_recorded(tiny_st_dir: Path, tmp_path: Path
     assert encoder.settings()["runtime"] == "exact" and encoder.settings()["precision"] == "float32"
     exact = encoder.encode_queries(TEXTS)
     reference = _encoder(model, tmp_path, runtime="torch").encode_queries(TEXTS)
-    assert onnx_backend.relative_error(exact, reference) < onnx_backend.EXACT_TOLERANCE
+    assert runtime_checks.relative_error(exact, reference) < runtime_checks.EXACT_TOLERANCE
 
-    record = json.loads(onnx_backend.exact_check_path(tmp_path, model).read_text())
+    record = json.loads(runtime_checks.exact_check_path(tmp_path, model).read_text())
     candidates = record["candidates"]
     assert set(candidates) == {"torch", "onnx", "onnx-fused"}
     for name in ("onnx", "onnx-fused"):  # the fused graph keeps the exact GELU: still fp32-equal
         assert candidates[name]["equal"] is True
-        assert candidates[name]["relative_error"] < onnx_backend.EXACT_TOLERANCE
+        assert candidates[name]["relative_error"] < runtime_checks.EXACT_TOLERANCE
 
     def effective(name: str) -> float:
-        margin = 1.0 if name == "torch" else onnx_backend.EXACT_MIN_SPEEDUP
+        margin = 1.0 if name == "torch" else runtime_checks.EXACT_MIN_SPEEDUP
         return candidates[name]["seconds"] * margin
 
     faster = min(candidates, key=effective)
     assert record["runtime"] == faster == encoder.describe()["resolved_runtime"]
     assert encoder.describe()["label"] == f"exact ({faster}) fp32"
-    assert record["sample_size"] == len(onnx_backend.exact_sample_texts())
+    assert record["sample_size"] == len(runtime_checks.exact_sample_texts())
 
     def no_check(*args, **kwargs):
         raise AssertionError("checked twice")
 
-    monkeypatch.setattr(onnx_backend, "run_exact_check", no_check)
+    monkeypatch.setattr(runtime_checks, "run_exact_check", no_check)
     again = _encoder(model, tmp_path)
     assert again.describe()["resolved_runtime"] == faster  # read from the record, model not loaded
     np.testing.assert_allclose(again.encode_queries(TEXTS), exact, atol=1e-6)
@@ -195,7 +196,7 @@ def test_run_exact_check_picks_the_fastest_equal_runtime():
         raise HarnessError("could not export x to ONNX: nope")
 
     clock = FakeClock()
-    outcome = onnx_backend.run_exact_check(
+    outcome = runtime_checks.run_exact_check(
         {
             "torch": clock.runner(reference, 2.0),
             "onnx": clock.runner(nearly, 1.0),
@@ -218,10 +219,10 @@ def test_run_exact_check_picks_the_fastest_equal_runtime():
         "equal": False,
     }
     # Slower, or faster by less than the margin: the reference itself stays.
-    for onnx_seconds in (3.0, 2.0 / onnx_backend.EXACT_MIN_SPEEDUP + 0.01):
+    for onnx_seconds in (3.0, 2.0 / runtime_checks.EXACT_MIN_SPEEDUP + 0.01):
         clock = FakeClock()
         runners = {"torch": clock.runner(reference, 2.0), "onnx": clock.runner(nearly, onnx_seconds)}
-        assert onnx_backend.run_exact_check(runners, clock=clock)["runtime"] == "torch"
+        assert runtime_checks.run_exact_check(runners, clock=clock)["runtime"] == "torch"
 
 
 def test_exact_without_onnxruntime_falls_back_to_torch(tiny_bert_dir: Path, tmp_path: Path, monkeypatch):
@@ -301,10 +302,10 @@ def test_real_minilm_onnx_equals_torch_and_sentence_transformers(tmp_path: Path)
         "A short one.",
         " ".join(["Long documents are truncated at 256 word pieces by this model."] * 40),
     ]
-    onnx_encoder = Encoder(model, device="cpu", batch_size=4, runtime="onnx", cache_dir=tmp_path)
+    onnx_encoder = build_encoder(model, device="cpu", batch_size=4, runtime="onnx", cache_dir=tmp_path)
     got = onnx_encoder.encode_queries(sentences)
-    torch_vectors = Encoder(model, device="cpu", batch_size=4, runtime="torch").encode_queries(sentences)
+    torch_vectors = build_encoder(model, device="cpu", batch_size=4, runtime="torch").encode_queries(sentences)
     reference = SentenceTransformer(model.source, device="cpu").encode(sentences)
-    assert onnx_backend.relative_error(got, torch_vectors) < onnx_backend.EXACT_TOLERANCE
+    assert runtime_checks.relative_error(got, torch_vectors) < runtime_checks.EXACT_TOLERANCE
     np.testing.assert_allclose(got, reference, atol=1e-6)
     assert onnx_encoder.describe()["onnx_export"]["model_type"] == "bert"

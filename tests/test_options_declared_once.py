@@ -93,9 +93,12 @@ def _call_bindings(node: ast.Call) -> list[tuple[str, object]]:
 
 
 def test_every_command_is_a_record_with_a_generated_parser() -> None:
-    legacy = [entry for entry in COMMANDS if isinstance(entry, str)]
-    assert legacy == [], f"commands still registering their own argparse options: {legacy}"
+    assert all(isinstance(entry, Command | CommandGroup) for entry in COMMANDS)
     assert all(issubclass(command.options, OptionsRecord) for command in _commands().values())
+    listed = {action.dest for action in build_parser()._actions if action.dest == "command"}
+    assert listed == {"command"}
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(top.choices) == [entry.name for entry in COMMANDS]  # nothing registered another way
 
 
 def test_each_option_default_is_written_once() -> None:

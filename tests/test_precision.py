@@ -13,12 +13,12 @@ from tiny_bert import tiny_record
 from harness.cli import main
 from harness.core.errors import HarnessError, InputError
 from harness.datasets.beir import load_dataset
-from harness.encoding import cpu
-from harness.encoding import onnx as onnx_backend
+from harness.encoding import cpu, onnx_quantize, runtime_checks
 from harness.encoding import runtime as encode
 from harness.encoding.embedding_cache import EmbeddingCache
 from harness.encoding.encoder import Encoder, token_batches
 from harness.encoding.runtime import resolve_runtime
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.model_registry import ModelRecord, load_record
 from harness.models.resolve import resolve_record
 
@@ -54,7 +54,7 @@ def _beir_folder(root: Path) -> Path:
 
 def test_fp16_on_cpu_is_refused_in_one_line(tiny):
     with pytest.raises(HarnessError) as error:
-        Encoder(tiny, device="cpu", precision="fp16")
+        build_encoder(tiny, device="cpu", precision="fp16")
     message = str(error.value)
     assert "precision fp16 runs on a GPU only" in message and "--precision fp32" in message
     assert "\n" not in message
@@ -63,7 +63,7 @@ def test_fp16_on_cpu_is_refused_in_one_line(tiny):
 def test_bf16_on_a_cpu_without_native_bf16_is_refused(tiny, monkeypatch):
     monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: False)
     with pytest.raises(HarnessError) as error:
-        Encoder(tiny, device="cpu", precision="bf16")
+        build_encoder(tiny, device="cpu", precision="bf16")
     assert "native bf16" in str(error.value) and "\n" not in str(error.value)
 
 
@@ -81,7 +81,7 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(tiny, monkeypatch):
 def test_contradictory_or_unknown_choices_are_refused(tiny, monkeypatch, runtime, precision, needle):
     monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: True)
     with pytest.raises(HarnessError, match=needle.replace("(", r"\(")):
-        Encoder(tiny, device="cpu", runtime=runtime, precision=precision)
+        build_encoder(tiny, device="cpu", runtime=runtime, precision=precision)
 
 
 def test_cli_unsupported_precision_is_one_line_and_writes_nothing(tiny_st_dir: Path, tmp_path: Path, capsys):
@@ -133,8 +133,8 @@ def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, 
     assert (record.runtime, record.precision) == ("onnx", "fp32")
     assert record.vector_settings()["runtime"] == "onnx"  # a record's default is part of its settings
     model = resolve_record(_tiny_record(tiny_bert_dir, runtime="onnx"))
-    assert Encoder(model, device="cpu", cache_dir=tmp_path).settings()["runtime"] == "onnx"
-    assert Encoder(model, device="cpu", runtime="torch", cache_dir=tmp_path).settings()["runtime"] == "torch"
+    assert build_encoder(model, device="cpu", cache_dir=tmp_path).settings()["runtime"] == "onnx"
+    assert build_encoder(model, device="cpu", runtime="torch", cache_dir=tmp_path).settings()["runtime"] == "torch"
     # Records without the fields keep the settings (and cache keys) they had before the fields existed.
     assert "runtime" not in ModelRecord(name="plain").vector_settings()
 
@@ -149,8 +149,8 @@ def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, 
 def test_bf16_is_close_to_fp32_but_not_equal(tiny, tmp_path: Path, monkeypatch):
     # torch runs bf16 autocast on any CPU (emulated when not native); the probe is what gates it.
     monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: True)
-    fp32 = Encoder(tiny, device="cpu", runtime="torch", cache_dir=tmp_path).encode_queries(TEXTS)
-    bf16_encoder = Encoder(tiny, device="cpu", precision="bf16", cache_dir=tmp_path)
+    fp32 = build_encoder(tiny, device="cpu", runtime="torch", cache_dir=tmp_path).encode_queries(TEXTS)
+    bf16_encoder = build_encoder(tiny, device="cpu", precision="bf16", cache_dir=tmp_path)
     bf16 = bf16_encoder.encode_queries(TEXTS)
     assert bf16.dtype == np.float32
     difference = np.abs(bf16 - fp32).max()
@@ -186,7 +186,7 @@ def test_changing_backend_or_precision_misses_the_cache(tiny, tmp_path: Path, mo
     calls: list[str] = []
 
     def encoder(**options) -> Encoder:
-        built = Encoder(tiny, device="cpu", batch_size=2, cache_dir=tmp_path / "cache", **options)
+        built = build_encoder(tiny, device="cpu", batch_size=2, cache_dir=tmp_path / "cache", **options)
         original = built.encode_documents
 
         def counted(docs, progress=None):
@@ -224,9 +224,9 @@ def test_token_batches_cap_texts_and_padded_tokens():
 
 
 def test_token_capped_batches_give_the_same_vectors(tiny, monkeypatch):
-    unbounded = Encoder(tiny, device="cpu", batch_size=4, runtime="torch")
+    unbounded = build_encoder(tiny, device="cpu", batch_size=4, runtime="torch")
     unbounded.max_batch_tokens = None
-    capped = Encoder(tiny, device="cpu", batch_size=4, runtime="torch")
+    capped = build_encoder(tiny, device="cpu", batch_size=4, runtime="torch")
     capped.max_batch_tokens = 8  # down to one text per batch for the long ones
     np.testing.assert_allclose(capped.encode_queries(TEXTS), unbounded.encode_queries(TEXTS), atol=1e-6)
     assert capped.settings() == unbounded.settings()  # batching never changes the key
@@ -239,9 +239,9 @@ def test_parallel_streams_give_the_same_vectors_and_restore_threads(tiny):
     texts = [f"{text} {index}" for index in range(12) for text in TEXTS]  # many batches
     try:
         torch.set_num_threads(1)  # one stream: batches one after the other
-        sequential = Encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
+        sequential = build_encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
         torch.set_num_threads(3)  # three single-threaded streams at once
-        streamed = Encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
+        streamed = build_encoder(tiny, device="cpu", batch_size=3, runtime="torch").encode_queries(texts)
         assert torch.get_num_threads() == 3  # given back after encoding
     finally:
         torch.set_num_threads(previous)
@@ -277,7 +277,7 @@ def skewed_bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Pat
 
 
 def _int8(model, cache: Path, variant: str, **options) -> Encoder:
-    return Encoder(model, device="cpu", precision="int8", int8=variant, cache_dir=cache, **options)
+    return build_encoder(model, device="cpu", precision="int8", int8=variant, cache_dir=cache, **options)
 
 
 def test_int8_settings_follow_the_cpu_class():
@@ -286,21 +286,21 @@ def test_int8_settings_follow_the_cpu_class():
     assert cpu.int8_cpu_class(vnni) == "vnni" and cpu.int8_cpu_class(frozenset({"avx_vnni"})) == "vnni"
     assert cpu.int8_cpu_class(avx2) == "no-vnni" and cpu.int8_cpu_class(frozenset()) == "no-vnni"
     for cpu_class in ("vnni", "no-vnni"):  # blockwise s8 x s8 cannot saturate: no 7-bit weights needed
-        assert onnx_backend.int8_settings("auto", cpu_class)["variant"] == "nbits8"
-    assert onnx_backend.int8_settings("dynamic", "vnni")["reduce_range"] is False  # 8-bit weights
-    assert onnx_backend.int8_settings("dynamic-7bit", "no-vnni")["reduce_range"] is True  # 7 bits
+        assert onnx_quantize.int8_settings("auto", cpu_class)["variant"] == "nbits8"
+    assert onnx_quantize.int8_settings("dynamic", "vnni")["reduce_range"] is False  # 8-bit weights
+    assert onnx_quantize.int8_settings("dynamic-7bit", "no-vnni")["reduce_range"] is True  # 7 bits
     assert cpu.relevant_cpu_flags(vnni | {"sse2"}) == ["avx2", "avx512f", "avx512_vnni"]
     with pytest.raises(HarnessError, match="unknown int8 variant 'int4'"):
-        onnx_backend.int8_settings("int4", "vnni")
+        onnx_quantize.int8_settings("int4", "vnni")
 
 
 def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Path, caplog, monkeypatch):
     model = resolve_record(_tiny_record(skewed_bert_dir))
-    good, poor = _int8(model, tmp_path, "auto"), _int8(model, tmp_path, "per-tensor")  # auto: this CPU's
     # A bound between the two settings' errors on this tiny model: the check tells them apart. (Under
     # the shipped bound, 0.005, every int8 setting fails; the next test checks that verdict.)
-    monkeypatch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 0.06)
-    with caplog.at_level("WARNING"):
+    monkeypatch.setattr(runtime_checks, "APPROXIMATE_TOLERANCE", 0.06)
+    with caplog.at_level("WARNING"):  # the checks run (and warn) when the encoders are built
+        good, poor = _int8(model, tmp_path, "auto"), _int8(model, tmp_path, "per-tensor")  # auto: this CPU's
         good_check, poor_check = good.precision_check(), poor.precision_check()
     assert good_check["passed"] is True and poor_check["passed"] is False
     assert good_check["relative_error"] < 0.06 < poor_check["relative_error"]
@@ -313,10 +313,10 @@ def test_the_check_flags_a_poor_quantization(skewed_bert_dir: Path, tmp_path: Pa
     assert f"up to {poor_check['relative_error']}" in warnings[0]  # names the measured error
     assert good.quantization["variant"] == "nbits8"
     # The verdict is recorded and read back, not measured again.
-    path = onnx_backend.approximate_check_path(tmp_path, model, poor.check_setting())
+    path = runtime_checks.approximate_check_path(tmp_path, model, poor.check_setting())
     assert json.loads(path.read_text())["passed"] is False
+    monkeypatch.setattr(runtime_checks, "run_approximate_check", None)  # would fail if called
     again = _int8(model, tmp_path, "per-tensor")
-    again._run_precision_check = None  # would fail if called
     assert again.precision_check()["relative_error"] == poor_check["relative_error"]
 
 
@@ -332,7 +332,7 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
         settings = encoder.settings()
         assert settings["quantization"]["variant"] == name
         check = encoder.precision_check()
-        assert settings["check"] == ("pass" if check["relative_error"] <= onnx_backend.APPROXIMATE_TOLERANCE else "fail")
+        assert settings["check"] == ("pass" if check["relative_error"] <= runtime_checks.APPROXIMATE_TOLERANCE else "fail")
         described = encoder.describe()
         assert described["quantization"] == settings["quantization"]
         assert described["precision_check"]["passed"] is (settings["check"] == "pass")
@@ -344,7 +344,7 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
     # Another bound changes the verdict: the check runs again and the vectors get a new key.
     before = entries["nbits8"].key
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(onnx_backend, "APPROXIMATE_TOLERANCE", 0.06)
+        patch.setattr(runtime_checks, "APPROXIMATE_TOLERANCE", 0.06)
         looser = _int8(model, tmp_path / "cache", "nbits8")
         assert looser.settings()["check"] == "pass"
         assert cache.corpus(dataset, looser, shard_size=8, progress=False).key != before
@@ -352,22 +352,22 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
 
 def test_choose_fast_takes_the_fastest_passing_setting():
     exact = {"runtime": "onnx", "candidates": {"torch": {"seconds": 2.0}, "onnx": {"seconds": 1.0}}}
-    assert onnx_backend.exact_speedup(exact) == 2.0
+    assert runtime_checks.exact_speedup(exact) == 2.0
     checks = {
         "onnx int8 per-tensor": {"speedup": 9.0, "passed": False},  # fastest, but fails its check
         "onnx int8 dynamic": {"speedup": 4.0, "passed": True},
         "torch bf16": {"speedup": 3.0, "passed": True},
     }
-    assert onnx_backend.choose_fast(exact, checks)["chosen"] == "onnx int8 dynamic"
+    assert runtime_checks.choose_fast(exact, checks)["chosen"] == "onnx int8 dynamic"
     # An approximate setting must beat exact by the margin: on a near-tie exact vectors win.
-    assert onnx_backend.choose_fast(exact, {"torch bf16": {"speedup": 2.1, "passed": True}})["chosen"] == "exact"
-    assert onnx_backend.choose_fast(exact, {})["chosen"] == "exact"
+    assert runtime_checks.choose_fast(exact, {"torch bf16": {"speedup": 2.1, "passed": True}})["chosen"] == "exact"
+    assert runtime_checks.choose_fast(exact, {})["chosen"] == "exact"
 
 
 def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeypatch, caplog):
     monkeypatch.setattr(encode, "cpu_has_native_bf16", lambda: False)
-    fast = Encoder(tiny, device="cpu", precision="fast", cache_dir=tmp_path)
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO"):  # fast chooses (and says so) when it is built
+        fast = build_encoder(tiny, device="cpu", precision="fast", cache_dir=tmp_path)
         vectors = fast.encode_queries(TEXTS)
     choice = fast.describe()["fast"]
     assert set(choice["candidates"]) == {"exact", f"onnx int8 {fast_variant()}"}
@@ -377,19 +377,19 @@ def test_precision_fast_becomes_the_chosen_setting(tiny, tmp_path: Path, monkeyp
     said = [record.getMessage() for record in caplog.records if "--precision fast for" in record.getMessage()]
     assert len(said) == 1 and f"onnx int8 {fast_variant()}: " in said[0]
     same = (
-        Encoder(tiny, device="cpu", cache_dir=tmp_path)
+        build_encoder(tiny, device="cpu", cache_dir=tmp_path)
         if chosen == "exact"
-        else Encoder(tiny, device="cpu", precision="int8", cache_dir=tmp_path)
+        else build_encoder(tiny, device="cpu", precision="int8", cache_dir=tmp_path)
     )
     assert fast.settings() == same.settings()  # fast shares the chosen setting's cache entries
     assert fast.label() == f"fast: {same.label(same.resolve_runtime())}"
     np.testing.assert_allclose(vectors, same.encode_queries(TEXTS), atol=1e-6)
     with pytest.raises(HarnessError, match="--precision fast chooses the runtime too"):
-        Encoder(tiny, device="cpu", runtime="onnx", precision="fast")
+        build_encoder(tiny, device="cpu", runtime="onnx", precision="fast")
 
 
 def fast_variant() -> str:
-    return onnx_backend.int8_settings("auto", cpu.int8_cpu_class())["variant"]
+    return onnx_quantize.int8_settings("auto", cpu.int8_cpu_class())["variant"]
 
 
 def test_cli_int8_variant_is_recorded_and_needs_int8(tiny_st_dir: Path, tmp_path: Path, capsys):

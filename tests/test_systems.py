@@ -300,7 +300,7 @@ def test_fusion_equals_ranx_on_scifact_bm25_and_minilm(e2e_workdir: Path, beir_m
         data_dir=Path(_USER_DATA) if _USER_DATA else e2e_workdir / "data",
         cache_dir=Path(_USER_CACHE) if _USER_CACHE else e2e_workdir / "cache",
         mirror=str(beir_mirror),
-        progress=False,
+        no_progress=True,
     )
     runs = [read_run(run_eval("scifact", model, options).run_path) for model in ("bm25", "minilm")]
     assert all(len(run) == 300 for run in runs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -230,8 +231,10 @@ def test_dcg_and_ndcg_on_the_worked_example(tmp_path: Path) -> None:
 
 def test_score_precision_reaches_eval_options_and_the_recorded_settings() -> None:
     from harness.cli import build_parser
-    from harness.cli.common import options_from_args
+    from harness.core.options import record_from_namespace
+    from harness.pipeline import EvalOptions
 
+    options_from_args = partial(record_from_namespace, EvalOptions)
     parser = build_parser()
     args = parser.parse_args(["eval", "--dataset", "scifact", "--model", "minilm", "--score-precision", "float32"])
     settings = options_from_args(args).evaluation_settings()

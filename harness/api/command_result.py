@@ -70,6 +70,9 @@ class Command:
     step: Callable[[Any, Path], StepOutcome] | None = None
     step_inputs: Callable[[Any], dict[str, str | Path]] | None = None
     echo: bool = False  # ``function`` takes ``echo=`` for lines shown while it runs (the CLI passes print)
+    # ``function`` takes ``notify=`` for stderr lines as they come (before a later error, among a long run's
+    # log lines); lines handed to ``notify`` are not repeated in the result's ``messages``.
+    notify: bool = False
 
     def __post_init__(self) -> None:
         # ``help(harness.eval)`` shows the command's options under the function's own text.
@@ -92,3 +95,4 @@ class CommandGroup:
     description: str
     title: str
     commands: tuple[Command, ...]
+    required: bool = False  # a missing action is an error (True) or prints the group's help (False)

@@ -6,21 +6,26 @@
 
 from __future__ import annotations
 
-from harness.api import run_file_commands
+from harness.api import (
+    cache_commands,
+    data_commands,
+    diff_commands,
+    eval_commands,
+    qa_commands,
+    run_file_commands,
+    view_commands,
+)
 from harness.api.command_result import Command, CommandGroup
 
-# A name here that is not an api command is a command module not yet moved behind the api (the CLI
-# registers it the old way); the list shrinks to commands only.
-COMMAND_LINE: tuple[Command | CommandGroup | str, ...] = (
-    "harness.cli.data_cmd",
-    "harness.cli.eval_cmd",
-    "harness.cli.encode_cmd",
+COMMAND_LINE: tuple[Command | CommandGroup, ...] = (
+    *data_commands.COMMANDS,
+    *eval_commands.COMMANDS,
     *run_file_commands.COMMANDS,
-    "harness.cli.qa_cmd",
-    "harness.cli.rag_cmd",
-    "harness.cli.cache_cmd",
-    "harness.cli.report_cmd",
-    "harness.cli.diff_cmd",
+    *qa_commands.COMMANDS,
+    *cache_commands.COMMANDS,
+    *view_commands.COMMANDS,
+    eval_commands.REPRODUCE,
+    *diff_commands.COMMANDS,
 )
 
 

@@ -1,5 +1,8 @@
 """Options several commands share, each declared once: a command's record calls these to add them.
 
+The scoring options (``ks_option`` ...) are the evaluation stage's (:mod:`harness.evaluation.scoring_options`),
+re-exported here for the commands.
+
 A default comes from the stage that uses the value (``SignificanceSettings``, ``EvaluationSettings``,
 ``FusionSettings``...), so it is written once in the source however many commands offer the option.
 """
@@ -9,56 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.core.options import INT32_MAX, SEED_MAX, option, output_file
-from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from harness.core.options import SEED_MAX, option, output_file
 from harness.evaluation.comparison import SignificanceSettings
-from harness.evaluation.metrics import SCORE_PRECISIONS, EvaluationSettings
+from harness.evaluation.scoring_options import (
+    complete_option,
+    ks_option,
+    qrels_duplicates_option,
+    relevance_level_option,
+    score_precision_option,
+)
 from harness.evaluation.significance import CORRECTIONS, MAX_RESAMPLES, MIN_RESAMPLES, TESTS
 from harness.retrieval.fusion import FUSION_METHODS, NORMALIZATIONS, FusionSettings
 
 _SIGNIFICANCE = SignificanceSettings()
-_EVALUATION = EvaluationSettings()
 _FUSION = FusionSettings()
 
 
-# ------------------------------------------------------------------------------------- scoring
-
-
-def ks_option(help: str = "cut-offs that bare family names expand to", metavar: str | None = None) -> Any:
-    """``--ks K..``: the cut-offs bare metric families expand to."""
-    return option(None, help=help, nargs="+", low=1, high=INT32_MAX, metavar=metavar)
-
-
-def relevance_level_option(help: str = "minimum grade counted as relevant", metavar: str | None = None) -> Any:
-    """``--relevance-level N``: the lowest grade that counts as relevant (trec_eval -l)."""
-    return option(
-        _EVALUATION.relevance_level, help=help, low=-INT32_MAX - 1, high=INT32_MAX, metavar=metavar
-    )
-
-
-def complete_option(help: str = "average unretrieved judged queries as 0 (-c)") -> Any:
-    """``--complete``: average over every judged query (trec_eval -c)."""
-    return option(_EVALUATION.complete, help=help, action="store_true")
-
-
-def score_precision_option() -> Any:
-    """``--score-precision {float64,float32}``."""
-    return option(
-        _EVALUATION.score_precision,
-        choices=SCORE_PRECISIONS,
-        help="rank by scores as read, like trec_eval 10 (float64, default), or rounded to float32 first, "
-        "like trec_eval 9, pytrec_eval, beir and mteb (float32); recorded in the output's settings",
-    )
-
-
-def qrels_duplicates_option() -> Any:
-    """``--qrels-duplicates {error,last}``."""
-    return option(
-        DEFAULT_DUPLICATES,
-        choices=DUPLICATE_POLICIES,
-        help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
-        "or last (keep the last row, as BEIR's loader)",
-    )
+# ------------------------------------------------------------------------------------- outputs
 
 
 def json_output_option(help: str = "also write the results as JSON") -> Any:
@@ -161,3 +131,24 @@ def fuse_depth_option(group: tuple[str, str | None] | None = None) -> Any:
         help="documents each run contributes per query (default: all it has; with eval, --top-k)",
         group=group,
     )
+
+
+__all__ = [
+    "alpha_option",
+    "complete_option",
+    "correction_option",
+    "fuse_depth_option",
+    "fuse_method_option",
+    "json_output_option",
+    "ks_option",
+    "n_resamples_option",
+    "norm_option",
+    "paired_test_option",
+    "qrels_duplicates_option",
+    "relevance_level_option",
+    "rrf_k_option",
+    "score_precision_option",
+    "seed_option",
+    "significance_of",
+    "weights_option",
+]

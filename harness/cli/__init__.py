@@ -8,16 +8,13 @@ and its messages (standard error). The exit code is the result's.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from harness import __version__
-from harness.api.command_result import Command, CommandGroup
-from harness.api.commands import COMMAND_LINE
-from harness.api.experiment_commands import RUN
+from harness.api import COMMANDS, Command, CommandGroup
 from harness.core.errors import HarnessError
 from harness.core.fileio import os_error_line
 from harness.core.options import add_options, record_from_namespace
@@ -43,13 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    for entry in (*COMMAND_LINE, RUN):
+    for entry in COMMANDS:
         if isinstance(entry, Command):
             _add_command(subparsers, entry)
-        elif isinstance(entry, CommandGroup):
-            _add_group(subparsers, entry)
         else:
-            importlib.import_module(entry).register(subparsers)
+            _add_group(subparsers, entry)
     return parser
 
 
@@ -62,6 +57,8 @@ def _add_command(subparsers: argparse._SubParsersAction, command: Command) -> No
 def _add_group(subparsers: argparse._SubParsersAction, group: CommandGroup) -> None:
     parser = subparsers.add_parser(group.name, help=group.help, description=group.description)
     actions = parser.add_subparsers(title=group.title, dest="action", metavar="ACTION")
+    # A group that needs its action (``harness cache``) refuses to run without one; the others show help.
+    actions.required = group.required
     for command in group.commands:
         _add_command(actions, command)
     parser.set_defaults(func=lambda args: _usage(parser))
@@ -72,10 +69,17 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def _run(command: Command, args: argparse.Namespace) -> int:
     """Build the record from the command line, call the command, print its result."""
     options = record_from_namespace(command.options, args)
-    result = command.function(options, echo=print) if command.echo else command.function(options)
+    streams: dict[str, Any] = {"echo": print} if command.echo else {}
+    if command.notify:
+        streams["notify"] = _to_stderr
+    result = command.function(options, **streams)
     text = result.render()
     if text:
         print(text)

@@ -319,6 +319,31 @@ def check_key_prefixes(prefixes: list[str]) -> None:
             )
 
 
+def entries_by_prefix(entries: list[CacheEntry], prefixes: list[str]) -> list[CacheEntry]:
+    """The entries whose key starts with one of ``prefixes``, once each; every prefix must match one."""
+    check_key_prefixes(prefixes)
+    chosen: list[CacheEntry] = []
+    for prefix in prefixes:
+        matches = [entry for entry in entries if entry.key.startswith(prefix)]
+        if not matches:
+            raise HarnessError(
+                f"no cache entry has a key starting with {prefix!r} (see `harness cache list`)"
+            )
+        chosen.extend(entry for entry in matches if entry not in chosen)
+    return chosen
+
+
+def remove_entries(entries: list[CacheEntry]) -> tuple[int, int]:
+    """Delete ``entries``; return how many were there to remove and the bytes freed."""
+    removed = freed = 0
+    # FAISS indexes first: they live inside the embeddings folders the same call may remove.
+    for entry in sorted(entries, key=lambda entry: entry.kind != "faiss"):
+        if entry.path.exists():
+            freed += remove_path(entry.path)
+            removed += 1
+    return removed, freed
+
+
 def remove_path(path: Path) -> int:
     """Delete a file or folder; return the bytes freed."""
     freed = _size(path)

@@ -169,6 +169,7 @@ class CliSpec:
     negative: str | None = None  # store_const False under this flag, exclusive with the option
     deprecated: tuple[str, ...] = ()  # old spellings: still accepted, with a note, not listed in --help
     group: tuple[str, str | None] | None = None  # (title, description) of an argument group
+    exclusive: str | None = None  # options naming the same group here are mutually exclusive
     hidden: bool = False  # accepted from files and Python only (no command-line flag)
     show_default: bool = False  # argparse's "(default: ...)" is in the help text already when wanted
 
@@ -196,6 +197,7 @@ def option(
     negative: str | None = None,
     deprecated: Sequence[str] = (),
     group: tuple[str, str | None] | None = None,
+    exclusive: str | None = None,
     hidden: bool = False,
 ) -> Any:
     """One option of a command: a pydantic field carrying its :class:`CliSpec`. No default: required."""
@@ -214,6 +216,7 @@ def option(
         negative=negative,
         deprecated=tuple(deprecated),
         group=group,
+        exclusive=exclusive,
         hidden=hidden,
     )
     extra = {"cli": spec}
@@ -326,6 +329,7 @@ def _is_integer(info: FieldInfo) -> bool:
 def add_options(parser: argparse.ArgumentParser, record: type[OptionsRecord]) -> None:
     """Add every command-line option of ``record`` to ``parser``, in declaration order."""
     groups: dict[str, argparse._ArgumentGroup] = {}
+    exclusives: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for name, info in record.model_fields.items():
         spec = cli_spec(info)
         if spec.hidden:
@@ -335,6 +339,10 @@ def add_options(parser: argparse.ArgumentParser, record: type[OptionsRecord]) ->
             if spec.group[0] not in groups:
                 groups[spec.group[0]] = parser.add_argument_group(*spec.group)
             target = groups[spec.group[0]]
+        if spec.exclusive is not None:
+            if spec.exclusive not in exclusives:
+                exclusives[spec.exclusive] = target.add_mutually_exclusive_group()
+            target = exclusives[spec.exclusive]
         _add_one(target, name, info, spec)
 
 

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 DOWNLOADS_DIR = ".downloads"  # inside the data directory: zips and resumable .part files
 CHUNK_SIZE = 1 << 20  # reading local files
 NETWORK_CHUNK_SIZE = 1 << 16  # small, so a cut connection loses little of what was received
+DEFAULT_ATTEMPTS = 3  # per URL, each resuming where the last one stopped
+DEFAULT_TIMEOUT = 30.0  # seconds without data before an attempt is given up
 
 
 class DownloadError(HarnessError):
@@ -155,8 +157,8 @@ def fetch_url(
     dest: Path,
     *,
     md5: str | None,
-    attempts: int = 3,
-    timeout: float = 30.0,
+    attempts: int = DEFAULT_ATTEMPTS,
+    timeout: float = DEFAULT_TIMEOUT,
     backoff: float = 2.0,
     progress: bool = True,
 ) -> Path:
@@ -444,8 +446,8 @@ def install_dataset(
     force: bool = False,
     use_hub: bool = False,
     keep_archive: bool = False,
-    attempts: int = 3,
-    timeout: float = 30.0,
+    attempts: int = DEFAULT_ATTEMPTS,
+    timeout: float = DEFAULT_TIMEOUT,
     backoff: float = 2.0,
     progress: bool = True,
 ) -> Path:
@@ -478,6 +480,26 @@ def install_dataset(
             backoff=backoff,
             progress=progress,
         )
+
+
+def install_datasets(
+    records: list[DatasetRecord], data_dir: Path, mirror: str | list[str] | None = None, **settings: Any
+) -> Iterator[tuple[DatasetRecord, Path | HarnessError]]:
+    """Install each of ``records`` in turn (``settings`` as :func:`install_dataset` takes them).
+
+    Yields each record with its folder, or with its error so the others are still installed; a single
+    record's error is raised. Forums sharing one zip (cqadupstack) reuse it; it is deleted after the last.
+    """
+    for index, record in enumerate(records):
+        shared_later = any(other.url == record.url for other in records[index + 1 :])
+        outcome: Path | HarnessError
+        try:
+            outcome = install_dataset(record, data_dir, mirror, keep_archive=shared_later, **settings)
+        except HarnessError as error:
+            if len(records) == 1:
+                raise
+            outcome = error
+        yield record, outcome
 
 
 def _install_unlocked(

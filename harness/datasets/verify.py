@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import HarnessError
 from harness.core.fileio import read_json_or_none
-from harness.datasets.beir import BeirDataset, LoadReport
+from harness.datasets.beir import BeirDataset, LoadReport, load_dataset
 from harness.datasets.checksums import ChecksumStore
-from harness.datasets.dataset_registry import SOURCE_FILE, DatasetRecord, dataset_registry
+from harness.datasets.dataset_registry import SOURCE_FILE, DatasetRecord, dataset_registry, get_dataset_record
+from harness.datasets.qrels import DEFAULT_DUPLICATES
 
 
 @dataclass
@@ -101,3 +103,40 @@ def verify_dataset(dataset: BeirDataset) -> VerifyResult:
         CountCheck("qrels", dataset.num_qrels, expected.get("qrels")),
     ]
     return VerifyResult(dataset.name, root, dataset.split, files, counts, dataset.report)
+
+
+def dataset_folder(name: str, data_dir: Path) -> tuple[Path, str | None]:
+    """The folder to check for ``name`` and its registry name: a registry dataset's copy under ``data_dir``,
+    or a folder path (registry name None). A registry name not downloaded, or an unknown name, raises."""
+    registry = dataset_registry()
+    if name in registry:
+        folder = data_dir / registry[name].archive_dir
+        if not folder.is_dir():
+            raise HarnessError(f"{name} is not in {data_dir} (run `harness data download {name}` first)")
+        return folder, name
+    if Path(name).is_dir():
+        return Path(name), None
+    get_dataset_record(name)  # raises with close matches
+    raise AssertionError("unreachable")
+
+
+def verify_named(
+    name: str,
+    data_dir: Path,
+    *,
+    split: str | None = None,
+    strict: bool = False,
+    qrels_duplicates: str = DEFAULT_DUPLICATES,
+    checksums: ChecksumStore | None = None,
+) -> VerifyResult:
+    """Load the dataset ``name`` names (see :func:`dataset_folder`) as every command does, then verify it."""
+    folder, registry_name = dataset_folder(name, data_dir)
+    dataset = load_dataset(
+        folder,
+        split,
+        strict=strict,
+        name=registry_name,
+        qrels_duplicates=qrels_duplicates,
+        checksums=checksums,
+    )
+    return verify_dataset(dataset)

@@ -1,16 +1,9 @@
 """Encoders: text in, float32 vectors out, exactly as the model record says.
 
-Two model kinds, both loaded as a sentence-transformers model:
-
-* ``sentence-transformers``: the model folder's own modules (Transformer, Pooling, Dense, ...), with
-  the record's max length and prefixes enforced and its pooling and normalisation cross-checked.
-* ``transformers``: a plain transformers checkpoint (e.g. Contriever) with the pooling the record
-  names (mean over the attention mask, CLS, or last token) and nothing taken from the folder.
-
-run by one of three runtimes (``--runtime`` torch, onnx or exact; see ``harness.encoding.runtime``).
-An approximate precision (int8, bf16, fp16) is checked once per model against torch fp32 on a fixed
-sample, and its verdict joins the settings (the cache key); ``--precision fast`` is the fastest setting
-whose check passes.
+An ``Encoder`` computes as its ``RuntimeChoice`` says (runtime, precision, int8 settings and the
+checks behind them), made before it is built by ``harness.encoding.runtime_choice``
+(``build_encoder``); its ``settings`` and ``describe`` are read from that choice and from what it
+has loaded, never measured. The model (``harness.encoding.loaded_model``) loads on first use.
 
 Texts are tokenized once, by the model's own ``preprocess``, a window of batches at a time: the
 window (taken from the longest-first order sentence-transformers uses) is sorted by token count and
@@ -24,6 +17,7 @@ prepended here, never through sentence-transformers prompts, so the text encoded
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,14 +30,12 @@ import numpy as np
 from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
 from harness.core.protocols import Progress, TextDocument
-from harness.encoding import onnx as onnx_runtime
-from harness.encoding import runtime as runtime_choices
 from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
+from harness.encoding.loaded_model import LoadedModel
 from harness.encoding.runtime import (
-    FAST,
+    RuntimeChoice,
     current_torch_threads,
     pick_device,
-    resolve_runtime,
     short_precision,
     torch_threads,
 )
@@ -59,10 +51,11 @@ CHUNK_BATCHES = 16
 # 2048, 15.1 for 128 texts of 256 tokens at once. GPUs want big batches and get ``batch_size`` only.
 CPU_BATCH_TOKENS = 1024
 
-_ST_POOLING = {"mean": "mean", "cls": "cls", "last": "lasttoken"}
-
 
 Batch = tuple[np.ndarray, np.ndarray]  # (positions in the input, float32 vectors)
+Features = tuple[np.ndarray, dict[str, Any]]  # (positions in the input, one batch's tokenizer output)
+# Settles a pending ``exact`` choice (runs, or reads, its check) with the encoder's loaded model.
+Settle = Callable[[LoadedModel], RuntimeChoice]
 
 
 # ---- batching --------------------------------------------------------------------------------
@@ -83,52 +76,94 @@ def token_batches(lengths: np.ndarray, batch_size: int, max_tokens: int | None =
     return batches
 
 
+def check_encoder_arguments(model: ResolvedModel, batch_size: int, threads: int | None) -> None:
+    """Refuse, before any work, what no encoder can do: a lexical model, no batch, no thread."""
+    record = model.record
+    if record.is_lexical:
+        raise HarnessError(f"model {record.name} is lexical ({record.kind}); it has no dense encoder")
+    if batch_size <= 0:
+        raise HarnessError(f"batch size must be positive, not {batch_size}")
+    if threads is not None and threads <= 0:
+        raise HarnessError(f"thread count must be positive, not {threads}")
+
+
 class Encoder:
-    """Encodes queries and documents for one resolved model. The model loads on first use."""
+    """Encodes queries and documents for one resolved model, as its ``RuntimeChoice`` says."""
 
     def __init__(
         self,
         model: ResolvedModel,
+        choice: RuntimeChoice,
         *,
         device: str | None = None,
         batch_size: int = 64,
-        runtime: str | None = None,
-        precision: str | None = None,
         cache_dir: str | Path | None = None,
         threads: int | None = None,
-        int8: str = "auto",
+        loaded: LoadedModel | None = None,
+        settle: Settle | None = None,
     ):
-        """``threads``: torch threads this encoder computes with (default: torch's count now). On a CPU
+        """``choice``: how to compute (``harness.encoding.runtime_choice.build_encoder`` makes it).
+        ``threads``: torch threads this encoder computes with (default: torch's count now). On a CPU
         that many single-threaded batches run at once; the count is recorded in ``describe``.
-        ``int8``: the quantization variant of ``--precision int8`` (``auto``: the one for this CPU;
-        see ``harness.encoding.onnx.INT8_VARIANTS``).
+        ``loaded``: the model (and onnx sessions) to compute with, e.g. the one a check already loaded.
+        ``settle``: for a pending ``exact`` choice, what runs its check before the first batch.
         """
-        record = model.record
-        if record.is_lexical:
-            raise HarnessError(f"model {record.name} is lexical ({record.kind}); it has no dense encoder")
-        if batch_size <= 0:
-            raise HarnessError(f"batch size must be positive, not {batch_size}")
-        if threads is not None and threads <= 0:
-            raise HarnessError(f"thread count must be positive, not {threads}")
+        check_encoder_arguments(model, batch_size, threads)
         self.model = model
         self.device = pick_device(device)
         self.batch_size = batch_size
-        self.runtime, self.dtype = resolve_runtime(model, self.device, runtime, precision)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.max_batch_tokens = CPU_BATCH_TOKENS if self.device == "cpu" else None
         self.threads = threads if threads is not None else current_torch_threads()
-        self._st_model = None
-        self._onnx = None
-        self._onnx_export: dict[str, Any] | None = None
-        self._active: str | None = None if self.runtime == "exact" else self.runtime
-        self._exact_check: dict[str, Any] | None = None
-        runtime_choices.check_int8_option(self.dtype, int8)
-        self.int8 = int8
-        self.quantization = (
-            onnx_runtime.int8_settings(int8, int8_cpu_class()) if self.dtype == "int8" else None
-        )
-        self._precision_check: dict[str, Any] | None = None
-        self._fast: dict[str, Any] | None = None
+        self._choice = choice
+        self._settle = settle
+        if loaded is None:
+            loaded = LoadedModel(model, self.device, choice.dtype, self.cache_dir, choice.quantization)
+        self.loaded = loaded
+        # Read once here, so that ``describe`` reads nothing.
+        self.cpu = {"flags": relevant_cpu_flags(), "int8_class": int8_cpu_class()} if self.device == "cpu" else None
+
+    # ---- the choice ---------------------------------------------------------------------------
+
+    @property
+    def choice(self) -> RuntimeChoice:
+        return self._choice
+
+    @property
+    def runtime(self) -> str:
+        return self._choice.runtime
+
+    @property
+    def dtype(self) -> str:
+        return self._choice.dtype
+
+    @property
+    def quantization(self) -> dict[str, Any] | None:
+        return self._choice.quantization
+
+    @property
+    def approximate(self) -> bool:
+        """True for a precision whose vectors differ from fp32 (int8, bf16, fp16)."""
+        return self._choice.approximate
+
+    def precision_check(self) -> dict[str, Any] | None:
+        """The check of this approximate setting against torch fp32 (None for an exact one)."""
+        return self._choice.precision_check
+
+    def check_setting(self) -> dict[str, Any]:
+        """What an approximate setting's check is about: runtime, precision, quantization."""
+        return self._choice.check_setting()
+
+    def resolve_runtime(self) -> str:
+        """The runtime that computes the vectors. A pending ``exact`` choice is settled here, once (its
+        check run, or read, and recorded in the cache): the first batch needs it, and pools call this
+        before starting workers so that all of them read the one recorded choice.
+        """
+        if not self._choice.settled:
+            if self._settle is None:
+                raise HarnessError(f"no runtime chosen for {self.model.record.name} (build it with build_encoder)")
+            self._choice = self._settle(self.loaded)
+        return self._choice.active
 
     # ---- settings ---------------------------------------------------------------------------
 
@@ -137,61 +172,40 @@ class Encoder:
 
         ``runtime`` is the one asked for: ``exact`` vectors equal torch fp32 whichever runtime the
         check chose, so the choice itself is provenance (``describe``), not part of the key. An
-        approximate precision adds its quantization settings and its check's verdict (running the check
-        if none is recorded); ``fast`` gives the settings of the setting it chose.
+        approximate precision adds its quantization settings and its check's verdict; ``fast`` gives
+        the settings of the setting it chose.
         """
-        self._settle_fast()
-        settings = {**self.model.record.vector_settings(), "runtime": self.runtime, "precision": self.dtype}
-        if self.quantization is not None:
-            settings["quantization"] = self.quantization
-        if self.approximate:
-            settings["check"] = "pass" if self.precision_check().get("passed") else "fail"
-        return settings
-
-    @property
-    def approximate(self) -> bool:
-        """True for a precision whose vectors differ from fp32 (int8, bf16, fp16)."""
-        return self.dtype not in ("float32", FAST)
+        return {**self.model.record.vector_settings(), **self._choice.settings()}
 
     def describe(self) -> dict[str, Any]:
         """How this run computes its vectors, for provenance and the result table."""
-        self._settle_fast()
-        active = self._active
-        check = self._exact_check
-        if self.runtime == "exact" and check is None:
-            check = onnx_runtime.load_exact_check(self.cache_dir, self.model, self.device)
-            active = active or (check or {}).get("runtime")
+        choice = self._choice
         return {
-            "runtime": self.runtime,
-            "resolved_runtime": active,
-            "precision": short_precision(self.dtype),
-            "label": self.label(active),
+            "runtime": choice.runtime,
+            "resolved_runtime": choice.active,
+            "precision": short_precision(choice.dtype),
+            "label": choice.label,
             "device": self.device,
             "threads": self.threads,
             "streams": self.streams(),
             "max_batch_tokens": self.max_batch_tokens,
             "batch_size": self.batch_size,
-            "exact_check": check,
-            "quantization": self.quantization,
-            "precision_check": self.precision_check() if self.approximate else None,
-            "fast": self._fast,
-            "cpu": {"flags": relevant_cpu_flags(), "int8_class": int8_cpu_class()} if self.device == "cpu" else None,
+            "exact_check": choice.exact_check,
+            "quantization": choice.quantization,
+            "precision_check": choice.precision_check if choice.approximate else None,
+            "fast": choice.fast,
+            "cpu": self.cpu,
             "onnx_export": {
-                key: value for key, value in (self._onnx_export or {}).items() if key != "key_inputs"
+                key: value for key, value in (self.loaded.onnx_export or {}).items() if key != "key_inputs"
             }
             or None,
         }
 
     def label(self, active: str | None = None) -> str:
         """``onnx fp32``, ``exact (onnx) fp32``, ``onnx int8 dynamic-7bit``, ``fast: torch bf16``: the
-        runtime column of a result table.
+        runtime column of a result table (``active``: name that runtime for a pending ``exact``).
         """
-        active = active or self._active
-        runtime = f"exact ({active})" if self.runtime == "exact" and active else self.runtime
-        label = f"{runtime} {short_precision(self.dtype)}"
-        if self.quantization is not None:
-            label += f" {self.quantization['variant']}"
-        return f"fast: {label}" if self._fast is not None else label
+        return (self._choice if active is None else dataclasses.replace(self._choice, active=active)).label
 
     @property
     def dim(self) -> int:
@@ -226,18 +240,19 @@ class Encoder:
         """Encode final texts (prefixes already applied), longest first, in the input order."""
         if len(texts) == 0:
             return np.empty((0, self.dim), dtype=np.float32)
-        return self._encode_batches(self.resolve_runtime(), self._batches(texts), len(texts), progress)
+        self.resolve_runtime()
+        return self.encode_batches(self.tokenized_batches(texts), len(texts), progress)
 
-    def _encode_batches(
-        self,
-        runtime: str,
-        batches: Iterable[tuple[np.ndarray, dict[str, Any]]],
-        count: int,
-        progress: Progress | None = None,
+    def encode_batches(
+        self, batches: Iterable[Features], count: int, progress: Progress | None = None
     ) -> np.ndarray:
-        """float32 ``(count, dim)`` vectors of all batches, with torch's threads set for this encoder's
-        streams for exactly as long as the batches run (and given back afterwards, even on an error).
+        """float32 ``(count, dim)`` vectors of all batches (from ``tokenized_batches``), computed on the
+        chosen runtime with torch's threads set for this encoder's streams for exactly as long as the
+        batches run (and given back afterwards, even on an error). The runtime checks time this.
         """
+        runtime = self._choice.active
+        if runtime is None:
+            raise HarnessError(f"the exact runtime of {self.model.record.name} is not settled yet")
         vectors: np.ndarray | None = None
         with self._stream_threads():
             for positions, encoded in self._run(runtime, batches):
@@ -252,7 +267,7 @@ class Encoder:
         """One torch thread per stream when several run at once, else this encoder's thread count."""
         return torch_threads(1 if self.streams() > 1 else self.threads)
 
-    def _batches(self, texts: Sequence[str]) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+    def tokenized_batches(self, texts: Sequence[str]) -> Iterator[Features]:
         """``(positions, features)`` per batch; every text tokenized exactly once."""
         model = self.load()
         right_padded = getattr(model.tokenizer, "padding_side", "right") != "left"
@@ -269,22 +284,11 @@ class Encoder:
                 columns = slice(None, longest) if right_padded else slice(-longest, None)
                 yield positions[rows], _take(features, rows, columns, len(positions))
 
-    def resolve_runtime(self) -> str:
-        """The runtime that computes the vectors: for ``exact``, the recorded (or now run) check's choice;
-        for ``fast``, the runtime of the setting it chose.
-        """
-        self._settle_fast()
-        if self._active is None:
-            self._exact_check = self._run_exact_check()
-            self._active = self._exact_check["runtime"]
-            log.info("exact runtime for %s: %s", self.model.record.name, self._active)
-        return self._active
-
     def streams(self) -> int:
         """Batches computed at once: on a CPU one single-threaded batch per encoder thread, else one."""
         return self.threads if self.device == "cpu" else 1
 
-    def _run(self, runtime: str, batches: Iterable[tuple[np.ndarray, dict[str, Any]]]) -> Iterator[Batch]:
+    def _run(self, runtime: str, batches: Iterable[Features]) -> Iterator[Batch]:
         """``(positions, float32 vectors)`` for each batch, in order, computed on ``runtime``.
 
         On a CPU with n threads, n batches run at once, each single-threaded: with the small batches
@@ -318,7 +322,7 @@ class Encoder:
         autocast = self.device == "cpu" and self.dtype == "bfloat16"
         onnx = runtime in ("onnx", "onnx-fused")
         if onnx:
-            session = self._onnx_session(fused=runtime == "onnx-fused")
+            session = self.loaded.session(fused=runtime == "onnx-fused")
             tail = list(model)[1:]  # Pooling, Dense, Normalize: the model's own modules
 
         def compute(features: dict[str, Any]) -> np.ndarray:
@@ -342,259 +346,11 @@ class Encoder:
 
         return compute
 
-    def _onnx_session(self, fused: bool = False):
-        """The onnxruntime session: the exported graph, its int8 version, or (``fused``) its fused one."""
-        sessions = self._onnx if self._onnx is not None else {}
-        self._onnx = sessions
-        if fused not in sessions:
-            graph, export = onnx_runtime.ensure_exported(self.load(), self.model, self.cache_dir)
-            self._onnx_export = {**export, **(self._onnx_export or {})}
-            if self.dtype == "int8":
-                graph, record = onnx_runtime.ensure_quantized(graph, self.quantization)
-                self._onnx_export["quantization"] = record
-            elif fused:
-                config = transformer_config(self.load())
-                graph, record = onnx_runtime.ensure_fused(graph, config.num_attention_heads, config.hidden_size)
-                self._onnx_export["fused"] = record
-            sessions[fused] = onnx_runtime.OnnxTransformer(graph)
-        return sessions[fused]
-
-    def _run_exact_check(self) -> dict[str, Any]:
-        """Torch fp32 against onnx on a fixed sample, once per model (the outcome is kept in the cache)."""
-        recorded = onnx_runtime.load_exact_check(self.cache_dir, self.model, self.device)
-        if recorded is not None:
-            return recorded
-        if self.device != "cpu" or not onnx_runtime.onnxruntime_available():
-            why = "onnxruntime is not installed" if self.device == "cpu" else "onnx runs on the CPU only"
-            return {"runtime": "torch", "reason": why}
-        sample = self._check_sample()
-        batches = list(self._batches(sample))
-
-        def runner(runtime: str) -> Callable[[], np.ndarray]:
-            def run() -> np.ndarray:
-                return self._encode_batches(runtime, batches, len(sample))  # the first onnx run exports
-
-            return run
-
-        log.info("checking which runtime computes %s's torch fp32 vectors fastest", self.model.record.name)
-        names = ("torch", "onnx", "onnx-fused")
-        outcome = onnx_runtime.run_exact_check({name: runner(name) for name in names})
-        return onnx_runtime.save_exact_check(
-            self.cache_dir, self.model, self.device, outcome, len(sample), self.threads
-        )
-
-    def _check_sample(self) -> list[str]:
-        """The fixed sample: short texts as queries, long ones as documents (prefixes and truncation)."""
-        return [
-            self.query_text(text) if len(text) < 200 else self.model.record.doc_prefix + text
-            for text in onnx_runtime.exact_sample_texts()
-        ]
-
-    # ---- approximate precisions -------------------------------------------------------------
-
-    def check_setting(self) -> dict[str, Any]:
-        """What an approximate setting's check is about: runtime, precision, quantization."""
-        return {"runtime": self.runtime, "precision": self.dtype, "quantization": self.quantization}
-
-    def precision_check(self, *, warn: bool = True) -> dict[str, Any]:
-        """This approximate setting against torch fp32 on the fixed sample, run once per model and
-        recorded; a setting that fails gets a warning naming its measured error (``warn``: it is what
-        computes the vectors, not a candidate ``--precision fast`` weighs).
-        """
-        if self._precision_check is None:
-            setting = self.check_setting()
-            check = onnx_runtime.load_approximate_check(self.cache_dir, self.model, self.device, setting)
-            if check is None:
-                check = self._run_precision_check(setting)
-            self._precision_check = check
-            if warn and not check.get("passed"):
-                log.warning(
-                    "%s moves %s's vectors by up to %s (relative L2; lowest cosine %s) against torch fp32 "
-                    "on the check sample, above the %s bound: expect nDCG@10 to move by more than 0.001 "
-                    "(scripts/bench_vector_noise.py measures how much; --precision fast only picks a "
-                    "setting that passes)",
-                    self.label(),
-                    self.model.record.name,
-                    check.get("relative_error", check.get("error")),
-                    check.get("lowest_cosine"),
-                    check.get("tolerance"),
-                )
-        return self._precision_check
-
-    def _run_precision_check(self, setting: dict[str, Any]) -> dict[str, Any]:
-        sample = self._check_sample()
-        batches = list(self._batches(sample))
-        reference = self.sibling("torch", "fp32")
-        log.info("checking %s against torch fp32 for %s", self.label(), self.model.record.name)
-        outcome = onnx_runtime.run_approximate_check(
-            lambda: self._encode_batches(self.runtime, batches, len(sample)),
-            lambda: reference._encode_batches("torch", batches, len(sample)),
-        )
-        return onnx_runtime.save_approximate_check(
-            self.cache_dir, self.model, self.device, setting, outcome, len(sample), self.threads
-        )
-
-    def sibling(self, runtime: str, precision: str) -> Encoder:
-        """An encoder of the same model, device, batching and cache with another runtime and precision
-        (sharing the loaded model where the weights are the same: always on a CPU).
-        """
-        other = Encoder(
-            self.model,
-            device=self.device,
-            batch_size=self.batch_size,
-            runtime=runtime,
-            precision=precision,
-            cache_dir=self.cache_dir,
-            threads=self.threads,
-            int8=self.int8 if precision == "int8" else "auto",
-        )
-        if self.device == "cpu" or (self.dtype == other.dtype and self._st_model is not None):
-            other._st_model = self._st_model or self.load()
-        return other
-
-    def _fast_candidates(self) -> list[tuple[str, str]]:
-        """The approximate settings ``fast`` weighs against ``exact`` on this device."""
-        import torch
-
-        if self.device == "cpu":
-            candidates = [("onnx", "int8")] if onnx_runtime.onnxruntime_available() else []
-            return candidates + ([("torch", "bf16")] if runtime_choices.cpu_has_native_bf16() else [])
-        candidates = [("torch", "fp16")]
-        if self.device.startswith("cuda") and torch.cuda.is_bf16_supported():
-            candidates.append(("torch", "bf16"))
-        return candidates
-
-    def _settle_fast(self) -> None:
-        """For ``--precision fast``: run (or read) the exact check and every candidate's check, and
-        become the fastest setting that passes. A no-op for every other precision.
-        """
-        if self.dtype != FAST:
-            return
-        exact = self.sibling("exact", "fp32")
-        exact.resolve_runtime()
-        checks: dict[str, dict[str, Any]] = {}
-        siblings: dict[str, Encoder] = {"exact": exact}
-        for runtime, precision in self._fast_candidates():
-            candidate = self.sibling(runtime, precision)
-            siblings[candidate.label()] = candidate
-            checks[candidate.label()] = candidate.precision_check(warn=False)
-        choice = onnx_runtime.choose_fast(exact._exact_check or {}, checks)
-        chosen = siblings[choice["chosen"]]
-        weighed = "; ".join(
-            f"{label}: {'pass' if check.get('passed') else 'fail'}, error {check.get('relative_error')}"
-            for label, check in checks.items()
-        )
-        log.info("--precision fast for %s: %s (%s)", self.model.record.name, chosen.label(), weighed or "no candidates")
-        self._adopt(chosen)
-        self._fast = choice
-
-    def _adopt(self, chosen: Encoder) -> None:
-        """Compute exactly as ``chosen`` does (its runtime, precision, checks and loaded state)."""
-        for name in (
-            "runtime", "dtype", "quantization", "_active", "_exact_check", "_precision_check",
-            "_st_model", "_onnx", "_onnx_export",
-        ):  # fmt: skip
-            setattr(self, name, getattr(chosen, name))
-
     # ---- loading ----------------------------------------------------------------------------
 
     def load(self):
         """The underlying ``SentenceTransformer`` (loaded once, from the resolved local folder)."""
-        if self._st_model is None:
-            from transformers.utils import logging as transformers_logging
-
-            # transformers draws a bar per weight-loading call; our own bar is over documents.
-            bars_were_on = transformers_logging.is_progress_bar_enabled()
-            transformers_logging.disable_progress_bar()
-            try:
-                self._st_model = self._load()
-            except HarnessError:
-                raise
-            except Exception as error:  # corrupt weights, unsupported architecture, remote code refused
-                text = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
-                raise HarnessError(
-                    f"could not load model {self.model.record.name} from {self.model.source}: {text}"
-                ) from error
-            finally:
-                if bars_were_on:
-                    transformers_logging.enable_progress_bar()
-        return self._st_model
-
-    def _load(self):
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        record = self.model.record
-        trust = record.trust_remote_code
-        model_kwargs: dict[str, Any] = {"trust_remote_code": trust}
-        if self.dtype in ("float16", "bfloat16") and self.device != "cpu":
-            # GPUs hold half-precision weights; the CPU keeps fp32 weights and autocasts to bf16.
-            model_kwargs["dtype"] = getattr(torch, self.dtype)
-        log.info("loading %s (%s) on %s, %s", record.name, record.kind, self.device, self.dtype)
-
-        if record.kind == "transformers":
-            transformer_cls, pooling_cls = _st_modules()
-            transformer = transformer_cls(
-                self.model.source,
-                max_seq_length=record.max_length,
-                model_kwargs=model_kwargs,
-                processor_kwargs={"trust_remote_code": trust},
-                config_kwargs={"trust_remote_code": trust},
-            )
-            pooling = pooling_cls(
-                transformer.get_embedding_dimension(), pooling_mode=_ST_POOLING[record.pooling]
-            )
-            model = SentenceTransformer(modules=[transformer, pooling], device=self.device)
-        else:
-            model = SentenceTransformer(
-                self.model.source,
-                device=self.device,
-                trust_remote_code=trust,
-                local_files_only=True,
-                model_kwargs=model_kwargs,
-            )
-            model.max_seq_length = record.max_length
-            # Our prefixes are the only ones: a prompt saved with the model must not be added twice.
-            model.default_prompt_name = None
-            if not self.model.assumed:
-                _check_against_folder(model, record)
-        model.eval()
-        return model
-
-
-def transformer_config(st_model):
-    """The transformers config of a sentence-transformers model's first (transformer) module."""
-    return onnx_runtime.transformer_module(st_model).auto_model.config
-
-
-def _st_modules():
-    """Transformer and Pooling modules (their import path moved in sentence-transformers 6)."""
-    try:
-        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.models import Pooling, Transformer
-    return Transformer, Pooling
-
-
-def _check_against_folder(model, record) -> None:
-    """A registry record that disagrees with the model's own modules is a wrong record: stop."""
-    _, pooling_cls = _st_modules()
-    modules = list(model)
-    for module in modules:
-        if isinstance(module, pooling_cls):
-            mode = module.pooling_mode if hasattr(module, "pooling_mode") else module.get_pooling_mode_str()
-            mode = "+".join(mode) if isinstance(mode, (tuple, list)) else str(mode)
-            if mode != _ST_POOLING.get(record.pooling, record.pooling):
-                raise HarnessError(
-                    f"model record {record.name} says pooling={record.pooling} but the model's "
-                    f"sentence-transformers config pools {mode!r}; fix its model record (harness/records/models/ or HARNESS_CONFIG_DIR/models/)"
-                )
-    has_normalize = any(type(module).__name__ == "Normalize" for module in modules)
-    if has_normalize and not record.normalize:
-        raise HarnessError(
-            f"model record {record.name} says normalize=false but the model ends with a Normalize module; "
-            "fix its model record (harness/records/models/ or HARNESS_CONFIG_DIR/models/)"
-        )
+        return self.loaded.load()
 
 
 def _take(features: dict[str, Any], rows: np.ndarray, columns: slice, count: int) -> dict[str, Any]:

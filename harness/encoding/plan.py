@@ -15,11 +15,11 @@ from harness.core.errors import HarnessError
 from harness.core.paths import default_cache_dir
 from harness.core.protocols import ShardExecutor
 from harness.encoding.encoder import Encoder
-from harness.encoding.pool import InProcess, LocalPool, plan_workers
+from harness.encoding.pool import LOCAL_EXECUTOR, InProcess, LocalPool, plan_workers
 from harness.encoding.ray_pool import RayPool
 from harness.encoding.workers import EncoderSpec
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = (LOCAL_EXECUTOR, "ray")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class EncodingSettings:
     encoder_options: dict[str, Any] = field(default_factory=dict)  # runtime, precision
     workers: int | None = None
     devices: list[str] | None = None
-    executor: str = "local"
+    executor: str = LOCAL_EXECUTOR
     ray_address: str | None = None
 
     def __post_init__(self) -> None:
@@ -62,7 +62,7 @@ def plan_encoding(
     spec: EncoderSpec,
     encoder: Encoder,
     *,
-    executor: str = "local",
+    executor: str = LOCAL_EXECUTOR,
     workers: int | None = None,
     devices: Sequence[str] | None = None,
     ray_address: str | None = None,
@@ -77,7 +77,7 @@ def plan_encoding(
     slots = plan_workers(encoder.device, workers, devices)
     if len(slots) > 1:
         return EncodingPlan(LocalPool(spec, slots))
-    details = {"executor": "local", "workers": 1, "devices": [slots[0].device], "threads_per_worker": None}
+    details = {"executor": LOCAL_EXECUTOR, "workers": 1, "devices": [slots[0].device], "threads_per_worker": None}
     if slots[0].device == encoder.device:
         return EncodingPlan(InProcess(details))
     return EncodingPlan(InProcess(details, spec.build(slots[0].device)))

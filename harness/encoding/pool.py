@@ -31,6 +31,8 @@ from harness.encoding.embedding_cache import ShardJob, encode_corpus_shards
 from harness.encoding.runtime import pick_device
 from harness.encoding.workers import EncoderSpec, WorkerSlot, encode_in_worker, start_worker
 
+LOCAL_EXECUTOR = "local"  # processes on this machine: the default executor
+
 log = logging.getLogger(__name__)
 
 # Automatic CPU plan: one process per this many cores (a BERT forward pass scales well up to about
@@ -145,7 +147,7 @@ class LocalPool:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "executor": "local",
+            "executor": LOCAL_EXECUTOR,
             "workers": len(self.slots),
             "devices": [slot.device for slot in self.slots],
             "threads_per_worker": self.slots[0].threads if self.slots else None,

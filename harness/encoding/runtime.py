@@ -5,15 +5,17 @@ Three runtimes (part of the cache key):
 * ``torch``: PyTorch, in the chosen ``precision`` (fp32; bf16 by autocast on CPUs with native bf16
   or on GPUs; fp16 on GPUs).
 * ``onnx``: the transformer exported once with ``torch.onnx`` and run by onnxruntime
-  (``harness.encoding.onnx``). fp32, or int8 (dynamic quantization; approximate).
+  (``harness.encoding.onnx_export``). fp32, or int8 (quantized, ``harness.encoding.onnx_quantize``; approximate).
 * ``exact`` (the default): the fastest of them (torch, onnx, onnx with onnxruntime's fused transformer
   graph) whose vectors equal torch fp32 within a tight tolerance, decided once per model by a recorded
   check on a fixed sample.
 
 ``--precision fast`` picks no runtime itself: it is the fastest setting on this machine (exact fp32,
-onnx int8, bf16 where native) whose once-per-model check passes (see ``harness.encoding.onnx``).
+onnx int8, bf16 where native) whose once-per-model check passes (``harness.encoding.runtime_checks``).
 int8 is quantized for the CPU it runs on (``int8_cpu_class``): without a VNNI/AMX int8 dot product,
 ONNX Runtime's u8 x s8 kernels sum pairs in 16 bits, which saturate unless weights keep 7 bits.
+
+Which of them an encoder computes with is a ``RuntimeChoice``, made by ``harness.encoding.runtime_choice``.
 
 Thread counts are process-wide settings in torch and in the tokenizers library; they are changed
 only through the context managers here, which give the previous value back on the way out.
@@ -22,13 +24,14 @@ only through the context managers here, which give the previous value back on th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.encoding.cpu import cpu_flags
-from harness.encoding.onnx import require_onnxruntime
+from harness.encoding.onnx_export import require_onnxruntime
 from harness.models.model_registry import PRECISIONS, RUNTIMES
 from harness.models.resolve import ResolvedModel
 
@@ -186,7 +189,7 @@ def resolve_runtime(
     """``(runtime, dtype)`` from the arguments, else the record's defaults, else ``exact`` fp32.
 
     Asking for bf16/fp16 without a runtime means torch, int8 means onnx (``exact`` is fp32 only);
-    ``fast`` comes back as ``(fast, fast)``: the encoder's precision check picks both.
+    ``fast`` comes back as ``(fast, fast)``: ``harness.encoding.runtime_choice`` picks both.
     """
     record = model.record
     precision = precision or record.precision
@@ -235,3 +238,62 @@ def check_encoder_options(model: ResolvedModel, device: str | None, options: dic
     if not model.record.is_lexical:
         _, dtype = resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
         check_int8_option(dtype, options.get("int8"))
+
+
+# ---- the choice ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeChoice:
+    """How an encoder computes its vectors, decided before it encodes (``harness.encoding.runtime_choice``).
+
+    ``runtime`` is the one asked for (``exact``, ``torch`` or ``onnx``; for ``--precision fast``, that of
+    the setting it chose) and ``active`` the one that computes (``torch``, ``onnx`` or ``onnx-fused``).
+    ``active`` is None only for an ``exact`` choice whose check is neither recorded nor run yet: its key
+    does not depend on the check, so a run that finds every vector cached never times one.
+    The check records are the ones written to the cache, kept here for the key and provenance.
+    """
+
+    runtime: str
+    dtype: str
+    active: str | None = None
+    quantization: dict[str, Any] | None = None  # the int8 variant's settings (``onnx_quantize``)
+    exact_check: dict[str, Any] | None = None
+    precision_check: dict[str, Any] | None = None  # an approximate setting's check against torch fp32
+    fast: dict[str, Any] | None = None  # ``--precision fast``: the candidates it weighed, the one it chose
+
+    @property
+    def approximate(self) -> bool:
+        """True for a precision whose vectors differ from fp32 (int8, bf16, fp16)."""
+        return self.dtype not in ("float32", FAST)
+
+    @property
+    def settled(self) -> bool:
+        """True once the runtime that computes is known (always, except a pending ``exact``)."""
+        return self.active is not None
+
+    @property
+    def label(self) -> str:
+        """``onnx fp32``, ``exact (onnx) fp32``, ``onnx int8 dynamic-7bit``, ``fast: torch bf16``: the
+        runtime column of a result table.
+        """
+        runtime = f"exact ({self.active})" if self.runtime == "exact" and self.active else self.runtime
+        label = f"{runtime} {short_precision(self.dtype)}"
+        if self.quantization is not None:
+            label += f" {self.quantization['variant']}"
+        return f"fast: {label}" if self.fast is not None else label
+
+    def check_setting(self) -> dict[str, Any]:
+        """What an approximate setting's check is about (and is keyed by): runtime, precision, quantization."""
+        return {"runtime": self.runtime, "precision": self.dtype, "quantization": self.quantization}
+
+    def settings(self) -> dict[str, Any]:
+        """This choice's part of the cache key: runtime and precision asked for, the int8 settings, and
+        an approximate setting's verdict (``exact`` vectors equal torch fp32 whichever runtime computes).
+        """
+        settings: dict[str, Any] = {"runtime": self.runtime, "precision": self.dtype}
+        if self.quantization is not None:
+            settings["quantization"] = self.quantization
+        if self.approximate:
+            settings["check"] = "pass" if (self.precision_check or {}).get("passed") else "fail"
+        return settings

@@ -16,6 +16,7 @@ from harness.core.protocols import CorpusSource
 from harness.encoding.embedding_cache import ShardJob, encode_corpus_shards
 from harness.encoding.encoder import Encoder
 from harness.encoding.runtime import tokenizer_threads, torch_threads
+from harness.encoding.runtime_choice import build_encoder
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,9 @@ class WorkerSlot:
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """How to build this run's encoder in another process: the resolved model and ``Encoder`` arguments."""
+    """How to build this run's encoder in another process: the resolved model and ``build_encoder``
+    arguments (each process makes the same choice, reading the checks the first one recorded).
+    """
 
     model: Any  # harness.models.model_registry.ResolvedModel
     batch_size: int
@@ -36,7 +39,8 @@ class EncoderSpec:
     cache_dir: str | None = None  # where the encoder keeps its exported models and runtime checks
 
     def build(self, device: str | None, threads: int | None = None) -> Encoder:
-        return Encoder(
+        """The encoder for ``device``, its runtime and precision chosen now (``build_encoder``)."""
+        return build_encoder(
             self.model,
             device=device,
             batch_size=self.batch_size,

@@ -23,6 +23,8 @@ from harness.report.perquery import SORT_SCRIPT, per_query_section
 from harness.report.tables import BETTER, TIED, Cell, MetricTable, TableSet
 from harness.results.result_store import StoredResult
 
+DEFAULT_TITLE = "Retrieval benchmark report"
+
 _STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;
        padding: 0 1rem; color: #1d1d1f; }
@@ -224,7 +226,7 @@ def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, re
 
 
 def write_report(
-    tableset: TableSet, output: str | Path, *, title: str = "Retrieval benchmark report", results_dir: Path
+    tableset: TableSet, output: str | Path, *, title: str = DEFAULT_TITLE, results_dir: Path
 ) -> Path:
     """Render charts and page and write it atomically to ``output``."""
     page = build_report(tableset, render_charts(tableset), title=title, results_dir=results_dir)

@@ -250,7 +250,7 @@ def build_tables(
     models: list[str] | None = None,
     baseline: str | None = None,
     significance: SignificanceSettings | None = None,
-    digits: int = 4,
+    digits: int = TableSet.digits,
     ci: bool = False,
 ) -> TableSet:
     """One :class:`MetricTable` per metric over the collected results (filtered by dataset and model).

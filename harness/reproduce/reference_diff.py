@@ -8,23 +8,22 @@ text, so it shows as a difference to look at rather than being guessed away.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.evaluation.judged import HEADLINE_K
-from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
+from harness.evaluation.metrics import HEADLINE_METRICS
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
 from harness.results.collect import model_labels
 from harness.results.result_store import StoredResult, load_result
 from harness.results.settings_diff import (
-    TIE_TOLERANCE,
+    TOP_DOCS,
+    TOP_QUERIES,
     PerQueryDiff,
     Protocol,
     ProtocolDiff,
-    RankedDoc,
     per_query_diff,
     protocol_diff,
     result_protocol,
@@ -32,6 +31,7 @@ from harness.results.settings_diff import (
 
 REFERENCE_PREFIX = "ref"
 # The metrics set side by side (when both sides have them), after the one the per-query picture uses.
+DIFF_METRIC = HEADLINE_METRICS[0]  # the per-query picture shows the headline metric (ndcg@10)
 DIFF_METRICS = (*HEADLINE_METRICS, f"judged@{HEADLINE_K}", "map", "mrr@10", "p@10")
 _RECALL = {"plain": "plain (trec_eval recall.k)", "capped": "capped (BEIR R_cap@k)"}
 _AVERAGING = {"complete": True, "retrieved": False}
@@ -146,9 +146,9 @@ def build_diff(
     a_spec: str | Path,
     b_spec: str | Path,
     *,
-    metric: str = "ndcg@10",
-    top_queries: int = 5,
-    top_docs: int = 5,
+    metric: str = DIFF_METRIC,
+    top_queries: int = TOP_QUERIES,
+    top_docs: int = TOP_DOCS,
     references_file: Path | None = None,
 ) -> DiffReport:
     """Diff result folder A against result folder B, or against a published cell (``ref[:SOURCE]``)."""
@@ -179,72 +179,3 @@ def build_diff(
         if same_queries
         else ["A and B score different queries (dataset or split), so they are not paired."],
     )
-
-
-def _short(value: Any, width: int = 48) -> str:
-    # JSON spelling, so strings show their quotes ("\n" vs " ") and null / true read as recorded.
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _protocol_lines(protocol: ProtocolDiff) -> list[str]:
-    if not protocol.differences:
-        return ["no protocol difference: every setting both sides record is equal"]
-    lines = [f"{len(protocol.differences)} recorded setting(s) differ and can move a number:"]
-    for difference in protocol.differences:
-        detail = difference.detail()
-        if detail:
-            for key, (a, b) in detail.items():
-                lines.append(f"  {difference.setting} [{key}]: A {_short(a)} | B {_short(b)}")
-        else:
-            lines.append(f"  {difference.setting}: A {_short(difference.a)} | B {_short(difference.b)}")
-    return lines
-
-
-def _doc_line(label: str, docs: list[RankedDoc]) -> str:
-    shown = [
-        f"{rank}. {doc.docid} [{'-' if doc.grade is None else doc.grade}]" for rank, doc in enumerate(docs, 1)
-    ]
-    return f"    {label} top {len(docs)}: " + ("  ".join(shown) or "(no documents)")
-
-
-def _per_query_lines(diff: PerQueryDiff) -> list[str]:
-    name = pretty_metric(diff.metric)
-    lines = [
-        f"Per query ({name} over {len(diff.qids)} paired queries; a query one side lacks scores as an empty ranking):",
-        f"  B wins {diff.wins}, ties {diff.ties}, loses {diff.losses} (tie: |B - A| <= {TIE_TOLERANCE:g})",
-    ]
-    if not diff.moved:
-        return [*lines, "  no query moved"]
-    lines.append(
-        "Queries that moved most ([grade] of each document; - = not judged"
-        + (f"; judgments from {diff.judgments}):" if diff.judgments else "; judgments unavailable):")
-    )
-    for move in diff.moved:
-        judged = ", ".join(f"{docid} ({grade})" for docid, grade in sorted(move.judged.items())) or "-"
-        lines += [
-            f"  query {move.qid}: A {move.a:.4f}  B {move.b:.4f}  ({move.delta:+.4f})",
-            f"    judged: {judged}",
-            _doc_line("A", move.a_top),
-            _doc_line("B", move.b_top),
-        ]
-    return lines
-
-
-def format_diff(report: DiffReport) -> str:
-    lines = [f"A  {report.a}", f"B  {report.b}", "", *_protocol_lines(report.protocol)]
-    if report.protocol.only_a:
-        lines.append("  not recorded by B: " + ", ".join(report.protocol.only_a))
-    if report.protocol.only_b:
-        lines.append("  not recorded by A: " + ", ".join(report.protocol.only_b))
-    if report.metrics:
-        width = max(len(pretty_metric(name)) for name, _, _ in report.metrics)
-        lines += ["", f"{'metric':<{width}}  {'A':>7}  {'B':>7}  {'B - A':>8}"]
-        lines += [
-            f"{pretty_metric(name):<{width}}  {a:7.4f}  {b:7.4f}  {b - a:+8.4f}"
-            for name, a, b in report.metrics
-        ]
-    if report.per_query is not None:
-        lines += ["", *_per_query_lines(report.per_query)]
-    lines += [f"note: {note}" for note in report.notes]
-    return "\n".join(lines) + "\n"

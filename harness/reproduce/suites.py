@@ -29,7 +29,6 @@ Suite format::
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from harness import pipeline
 from harness.core.config import Record, read_yaml, record_folder_files, validate
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write
+from harness.core.text_table import text_table
 from harness.evaluation.metrics import parse_metrics, pretty_metric
 from harness.pipeline import EvalOptions
 from harness.reproduce.references import Reference, find_references, load_references, model_aliases
@@ -269,13 +269,14 @@ def load_suite(name_or_path: str, references_file: str | Path | None = None) -> 
 # --------------------------------------------------------------------------------------------- running
 
 
-def _condition_options(base: EvalOptions, condition: Condition) -> EvalOptions:
+def _condition_options(base: EvalOptions, condition: Condition, path: Path) -> EvalOptions:
     """The command line's options with the suite's settings applied and the checked metrics added."""
-    options = dataclasses.replace(base, **condition.options)
+    # Checked as the command line's are: a suite's ``top_k: 0`` is one error line naming the suite file.
+    options = validate(type(base), {**base.model_dump(), **condition.options}, path)
     computed = set(parse_metrics(options.metrics, options.ks))
     missing = [metric for metric in condition.expected if metric not in computed]
     if missing:
-        options = dataclasses.replace(options, metrics=[*options.metrics, *missing])
+        options = options.replace(metrics=[*options.metrics, *missing])
     return options
 
 
@@ -283,7 +284,9 @@ def run_suite(suite: Suite, base_options: EvalOptions, run_eval: RunEval | None 
     """Run (or reuse) every condition and compare each expected metric; model/data failures are SKIPPED."""
     # Looked up at call time so the pipeline can be stood in for (tests, dry runs).
     run_eval = pipeline.run_eval if run_eval is None else run_eval
-    prepared = [(condition, _condition_options(base_options, condition)) for condition in suite.conditions]
+    prepared = [
+        (condition, _condition_options(base_options, condition, suite.path)) for condition in suite.conditions
+    ]
     for _, options in prepared:
         # A bad index in the suite (or on the command line) is an error, not a skipped condition.
         parse_index_spec(options.index)
@@ -360,15 +363,7 @@ _HEADER = [
 
 def format_text(report: ReproduceReport) -> str:
     """Aligned plain-text table for the terminal, then the verdict."""
-    rows = [_HEADER, *_rows(report, with_reasons=False)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER) - 1)]
-    lines = []
-    for index, row in enumerate(rows):
-        lines.append(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
-        )
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths) + "  " + "-" * len(_HEADER[-1]))
+    lines = text_table([_HEADER, *_rows(report, with_reasons=False)], rule=True, last_unpadded=True)
     lines += _reason_lines(report)
     lines += _also_lines(report)
     lines.append(verdict(report))

@@ -25,6 +25,8 @@ from harness.results.result_store import StoredResult
 Protocol = dict[str, Any]
 # Two per-query values closer than this are a tie (they come from the same arithmetic).
 TIE_TOLERANCE = 1e-9
+TOP_QUERIES = 5  # queries that moved most, shown by `harness diff`
+TOP_DOCS = 5  # documents shown per side for each of them
 # Library versions that change scores (tokenisers, kernels, stemmers, the metric engine); others do not.
 SCORING_LIBRARIES = (
     "torch",
@@ -245,7 +247,7 @@ def _top(run: Run, qid: str, judged: Mapping[str, int], depth: int) -> list[Rank
 
 
 def per_query_diff(
-    a: StoredResult, b: StoredResult, metric: str, *, top_queries: int = 5, top_docs: int = 5
+    a: StoredResult, b: StoredResult, metric: str, *, top_queries: int = TOP_QUERIES, top_docs: int = TOP_DOCS
 ) -> PerQueryDiff:
     """Pair A's and B's per-query ``metric`` (a query one lacks scores as an empty ranking) and rank the moves."""
     values_a, values_b = a.per_query_values(metric), b.per_query_values(metric)

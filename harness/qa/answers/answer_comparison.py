@@ -83,6 +83,21 @@ def compare_answers(
     return QAComparison(paired, only_a, only_b, gold_differs, comparisons)
 
 
+def pairing_warnings(result: QAComparison, path_a: object, path_b: object) -> list[str]:
+    """One line per pairing problem: ids only one file answers (scored 0 for the other), golds that differ."""
+    warnings = [
+        f"{len(ids)} id(s) only in {path}, e.g. {ids[0]!r}; scored 0 for the other system"
+        for path, ids in ((path_a, result.only_a), (path_b, result.only_b))
+        if ids
+    ]
+    if result.gold_differs:
+        warnings.append(
+            f"gold answers differ for {len(result.gold_differs)} shared id(s), e.g. "
+            f"{result.gold_differs[0]!r}; each file is scored against its own gold"
+        )
+    return warnings
+
+
 def _id_list(ids: list[str]) -> dict[str, Any]:
     return {"count": len(ids), "examples": ids[:MAX_LISTED_IDS]}
 

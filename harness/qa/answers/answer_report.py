@@ -24,6 +24,20 @@ def file_summary(qa_file: QAFile, scorer: QAScorer) -> dict[str, Any]:
     }
 
 
+def reading_warnings(qa_file: QAFile) -> list[str]:
+    """What reading the file survived, one line each: empty predictions (scored 0), repeated ids (dropped)."""
+    warnings = []
+    if qa_file.empty_predictions:
+        warnings.append(f"{qa_file.path}: {qa_file.empty_predictions} empty prediction(s), scored 0")
+    if qa_file.duplicates:
+        qid, first, repeated = qa_file.duplicates[0]
+        warnings.append(
+            f"{qa_file.path}: {len(qa_file.duplicates)} repeated id(s), e.g. {qid!r} on lines {first} and "
+            f"{repeated}; kept each id's first line"
+        )
+    return warnings
+
+
 def empty_gold_warning(summary: dict[str, Any], profile: str) -> str | None:
     """One line when some questions' gold normalises to nothing, else None."""
     if not summary["empty_golds"]:

@@ -19,6 +19,11 @@ from harness.core.fileio import iter_lines
 
 # How many duplicate ids a report lists by name; the count is always complete.
 MAX_LISTED_DUPLICATES = 10
+# The JSON keys read by default (FlashRAG's and UltraRAG's field names); ``--gold-key`` etc. name others.
+GOLD_KEY = "golden_answers"
+PRED_KEY = "pred_answer"
+ID_KEY = "id"
+CHOICES_KEY = "choices"
 
 
 @dataclass(frozen=True)
@@ -166,10 +171,10 @@ def _prediction_text(value: Any, path: Path, line: int, pred_key: str) -> str:
 def read_predictions(
     path: str | Path,
     *,
-    gold_key: str = "golden_answers",
-    pred_key: str = "pred_answer",
-    id_key: str = "id",
-    choices_key: str = "choices",
+    gold_key: str = GOLD_KEY,
+    pred_key: str = PRED_KEY,
+    id_key: str = ID_KEY,
+    choices_key: str = CHOICES_KEY,
 ) -> QAFile:
     """Read a predictions JSONL file; raise ``InputError`` (``path:line: ...``) on the first structural problem."""
     path = Path(path)

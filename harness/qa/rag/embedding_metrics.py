@@ -22,7 +22,7 @@ import numpy as np
 from harness.core.cache import MANIFEST, CacheLayout, digest_of, shard_paths
 from harness.core.fileio import atomic_write_json, read_json_or_none
 from harness.encoding.embedding_cache import write_shard
-from harness.encoding.encoder import Encoder
+from harness.encoding.runtime_choice import build_encoder
 from harness.models.resolve import ResolvedModel, resolve_model
 from harness.qa.answers.profiles import get_profile
 from harness.qa.rag.rows import CORRECTNESS_WEIGHTS, RAGRow, Score
@@ -46,7 +46,7 @@ class TextEmbedder:
     def __init__(self, model: ResolvedModel, cache_dir: str | Path, *, device: str | None = "cpu"):
         self.model = model
         self.layout = CacheLayout(Path(cache_dir))
-        self.encoder = Encoder(model, device=device, runtime=RUNTIME, cache_dir=cache_dir, batch_size=32)
+        self.encoder = build_encoder(model, device=device, runtime=RUNTIME, cache_dir=cache_dir, batch_size=32)
         self._vectors: dict[str, np.ndarray] = {}
         self.encoded = 0  # texts encoded by this process (0 on a cached re-run)
 
