@@ -111,7 +111,9 @@ class EvalOptions(OptionsRecord):
         RetrievalSettings.index,
         help="FAISS index spec: Flat (exact, default), HNSW32[,efSearch=N], IVF1024,PQ48np[,nprobe=N]",
     )
-    results_dir: Path = option(None, parse=folder)
+    results_dir: Path = option(
+        None, parse=folder, help="where result folders are written (env HARNESS_RESULTS_DIR, default: results/)"
+    )
     data_dir: Path = option(None, parse=folder, help="env HARNESS_DATA_DIR")
     cache_dir: Path = option(None, parse=folder, help="env HARNESS_CACHE_DIR")
     mirror: str | None = option(

@@ -24,8 +24,8 @@ LAYERS = [
     "results",
     "qa",
     "pipeline",
-    "reproduce",  # runs the pipeline for a suite
-    "report",  # shows results beside the published references
+    "reproduction",  # runs the pipeline for a suite
+    "reports",  # shows results beside the published references
     "experiments",  # runs an experiment file's steps, each handed to it as a command of the api
     "api",  # the public functions and options records of every command
     "cli",

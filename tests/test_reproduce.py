@@ -13,8 +13,8 @@ from report_fixtures import every_other, make_result, real_fingerprint, real_qre
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.pipeline import EvalOptions
-from harness.reproduce.references import load_references
-from harness.reproduce.suites import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
+from harness.reproduction.references import load_references
+from harness.reproduction.suites import MISS, OK, SKIPPED, load_suite, run_suite, write_markdown
 from harness.results.result_store import load_result, result_dir
 
 BASE_NDCG = 0.5  # half of the scifact queries are pushed below rank 10 in base-model's run

@@ -13,7 +13,7 @@ from harness.core.fileio import atomic_write_json
 from harness.core.options import INT32_MAX, OptionsRecord, option
 from harness.core.text_table import text_table
 from harness.evaluation.metrics import pretty_metric
-from harness.reproduce.reference_diff import DIFF_METRIC, DiffReport, build_diff
+from harness.reproduction.reference_diff import DIFF_METRIC, DiffReport, build_diff
 from harness.results.settings_diff import (
     TIE_TOLERANCE,
     TOP_DOCS,

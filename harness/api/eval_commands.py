@@ -34,7 +34,7 @@ from harness.encoding.shards import CorpusEncoding, SliceOutcome
 from harness.evaluation.judged import HEADLINE_K, judged_warning
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.pipeline import EvalOptions, PairOutcome, check_inputs, load_inputs, run_pairs
-from harness.reproduce.suites import (
+from harness.reproduction.suites import (
     MISS,
     OK,
     SKIPPED,

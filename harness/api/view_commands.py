@@ -22,10 +22,10 @@ from harness.core.fileio import atomic_write, check_output_file, check_output_fo
 from harness.core.options import MAX_DIGITS, OptionsRecord, option, output_file
 from harness.core.paths import default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS
-from harness.report.charts import write_charts
-from harness.report.formats import FORMATS, render, tables_to_json
-from harness.report.html import DEFAULT_TITLE, write_report
-from harness.report.tables import TableSet, build_tables
+from harness.reports.charts import write_charts
+from harness.reports.formats import FORMATS, render, tables_to_json
+from harness.reports.html import DEFAULT_TITLE, write_report
+from harness.reports.tables import TableSet, build_tables
 from harness.results.collect import collect_results
 from harness.results.result_store import iter_result_dirs
 

@@ -14,7 +14,7 @@ import numpy as np
 from harness.core.fileio import atomic_write
 from harness.evaluation.metrics import pretty_metric
 from harness.evaluation.significance import bootstrap_interval
-from harness.report.tables import MetricTable, TableSet
+from harness.reports.tables import MetricTable, TableSet
 from harness.results.result_store import StoredResult
 
 CONFIDENCE = 0.95

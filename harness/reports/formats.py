@@ -1,4 +1,4 @@
-"""Rendering tables built by :mod:`harness.report.tables`: Markdown, CSV (one tidy line per cell), LaTeX and JSON."""
+"""Rendering tables built by :mod:`harness.reports.tables`: Markdown, CSV (one tidy line per cell), LaTeX and JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.evaluation.comparison import PAIRING_RULE, SignificanceSettings
 from harness.evaluation.metrics import pretty_metric
-from harness.report.tables import BETTER, MISSING, TIED, WORSE, Cell, MetricTable, TableSet
+from harness.reports.tables import BETTER, MISSING, TIED, WORSE, Cell, MetricTable, TableSet
 from harness.results.collect import Collection
 
 FORMATS = ("md", "csv", "latex", "json")

@@ -17,10 +17,10 @@ from typing import Any
 from harness import __version__
 from harness.core.fileio import atomic_write
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
-from harness.report.charts import render_charts
-from harness.report.formats import legend
-from harness.report.perquery import SORT_SCRIPT, per_query_section
-from harness.report.tables import BETTER, TIED, Cell, MetricTable, TableSet
+from harness.reports.charts import render_charts
+from harness.reports.formats import legend
+from harness.reports.perquery import SORT_SCRIPT, per_query_section
+from harness.reports.tables import BETTER, TIED, Cell, MetricTable, TableSet
 from harness.results.result_store import StoredResult
 
 DEFAULT_TITLE = "Retrieval benchmark report"

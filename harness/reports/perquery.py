@@ -12,7 +12,7 @@ from html import escape
 
 from harness.core.errors import HarnessError
 from harness.evaluation.metrics import pretty_metric
-from harness.report.tables import MetricTable, TableSet
+from harness.reports.tables import MetricTable, TableSet
 from harness.results.settings_diff import TIE_TOLERANCE, PerQueryDiff, RankedDoc, per_query_diff
 
 _SIZE, _PAD = 320, 34  # scatter: square side and axis margin, in px

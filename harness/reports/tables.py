@@ -6,7 +6,7 @@ carries a mark when its per-query difference from the baseline is significant un
 correction applied across all the comparisons of the table. With intervals (``--ci``), every cell
 carries the one bootstrap interval of its mean over queries, and each row marks the systems
 statistically tied with its best: each tested against the best through the same engine, with the
-correction over that row's comparisons. :mod:`harness.report.formats` renders the result.
+correction over that row's comparisons. :mod:`harness.reports.formats` renders the result.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from harness.evaluation.comparison import Comparison, SignificanceSettings, appl
 from harness.evaluation.judged import WARN_BELOW, judged_name
 from harness.evaluation.metrics import empty_ranking_value
 from harness.evaluation.significance import bootstrap_interval
-from harness.reproduce.references import model_aliases
+from harness.reproduction.references import model_aliases
 from harness.results.collect import Collection, display_labels, select_models
 from harness.results.result_store import StoredResult
 

@@ -15,7 +15,7 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.evaluation.judged import HEADLINE_K
 from harness.evaluation.metrics import HEADLINE_METRICS
-from harness.reproduce.references import Reference, find_references, load_references, model_aliases
+from harness.reproduction.references import Reference, find_references, load_references, model_aliases
 from harness.results.collect import model_labels
 from harness.results.result_store import StoredResult, load_result
 from harness.results.settings_diff import (

@@ -44,7 +44,7 @@ from harness.core.fileio import atomic_write
 from harness.core.text_table import text_table
 from harness.evaluation.metrics import parse_metrics, pretty_metric
 from harness.pipeline import EvalOptions
-from harness.reproduce.references import Reference, find_references, load_references, model_aliases
+from harness.reproduction.references import Reference, find_references, load_references, model_aliases
 from harness.results.result_store import StoredResult
 from harness.retrieval.dense import parse_index_spec
 
