@@ -14,13 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.api.building_blocks import BM25Retriever, library_versions, load_dataset, resolve_model
+
 
 def measure_bm25(dataset_dir: Path, model: str = "bm25", split: str = "test", top_k: int = 1000) -> dict:
     """Build the index in an empty cache, then load it again, timing index and query stages separately."""
-    from harness.datasets.beir import load_dataset
-    from harness.models.resolve import resolve_model
-    from harness.retrieval.bm25 import BM25Retriever, library_versions
-
     dataset = load_dataset(dataset_dir, split)
     record = resolve_model(model).record
     dataset.fingerprint()  # checksum outside the timed stages, as the pipeline has it before retrieval

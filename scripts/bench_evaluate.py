@@ -5,7 +5,7 @@ common), writes them as TREC files in a temporary folder, then evaluates nDCG@10
 MAP and MRR@10 from the files with each tool in its own subprocess, so wall time (including
 imports and reading) and peak resident memory are per tool, measured side by side in one run:
 
-- harness: ``datasets.qrels.read_qrels`` + ``harness.evaluation.metrics.evaluate(..., diagnose=False)``
+- harness: ``read_qrels`` + ``score_run(..., diagnose=False)`` (``harness.api.building_blocks``)
   on the run's path (columnar reading, queries handed to pytrec_eval a chunk at a time): the metrics
   alone, the same work as every other line
 - harness+diagnostics: the same with judged@k and the tie bounds (``diagnose=True``, what ``harness
@@ -25,6 +25,7 @@ Run by hand (not a test): ``.venv/bin/python scripts/bench_evaluate.py [--querie
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -75,15 +76,15 @@ def child(tool: str, qrels_path: str, run_path: str) -> None:
     import resource
 
     if tool in ("harness", "harness+diagnostics"):
-        from harness.datasets.qrels import read_qrels
-        from harness.evaluation.metrics import evaluate
+        from harness.api.building_blocks import read_qrels, score_run
 
         diagnose = tool == "harness+diagnostics"
-        metrics = evaluate(read_qrels(qrels_path).qrels, run_path, METRICS, diagnose=diagnose).aggregate
+        metrics = score_run(read_qrels(qrels_path).qrels, run_path, METRICS, diagnose=diagnose).aggregate
     elif tool == "harness-before":  # imported from the extracted old tree (see measure)
-        from harness.datasets.qrels import read_qrels
-        from harness.evaluation.metrics import evaluate
-        from harness.evaluation.trec import read_run
+        # That tree predates harness.api: its stage modules are named as they were at --before.
+        read_qrels = importlib.import_module("harness.datasets.qrels").read_qrels
+        evaluate = importlib.import_module("harness.evaluation.metrics").evaluate
+        read_run = importlib.import_module("harness.evaluation.trec").read_run
 
         metrics = evaluate(read_qrels(qrels_path).qrels, read_run(run_path), METRICS).aggregate
     elif tool == "pytrec_eval":

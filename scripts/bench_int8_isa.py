@@ -35,10 +35,13 @@ def prepare(variants: list[str], cache_dir: Path, work: Path) -> dict[str, str]:
     """Export and quantize (cached), tokenize the check sample once; returns variant -> graph path."""
     from sentence_transformers import SentenceTransformer
 
-    from harness.encoding.onnx_export import ensure_exported
-    from harness.encoding.onnx_quantize import ensure_quantized, int8_settings
-    from harness.encoding.runtime_checks import exact_sample_texts
-    from harness.models.resolve import resolve_model
+    from harness.api.building_blocks import (
+        ensure_exported,
+        ensure_quantized,
+        exact_sample_texts,
+        int8_settings,
+        resolve_model,
+    )
 
     model = resolve_model(MODEL_ID)
     st_model = SentenceTransformer(model.source, device="cpu")
@@ -67,29 +70,39 @@ def vectors(graph: str, features: dict[str, np.ndarray]) -> np.ndarray:
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
 
-def child(graphs: dict[str, str], work: Path, names: list[str]) -> None:
-    """Runs (natively or emulated) the graphs ``names``; prints their errors against the native fp32."""
-    # The check's statistic (numpy only: light to emulate).
-    from harness.encoding.runtime_checks import relative_error
+def child(graphs: dict[str, str], work: Path, output: Path, names: list[str]) -> None:
+    """Runs (natively or emulated) the graphs ``names``, saving each one's vectors as ``output/NAME.npy``.
 
+    Nothing of the harness is imported here (numpy and onnxruntime only: light to emulate); the parent
+    compares the vectors with the native fp32 ones.
+    """
     features = dict(np.load(work / "features.npz"))
-    reference = np.load(work / "fp32.npy")
     for name in names:
-        error = relative_error(vectors(graphs[name], features), reference)
-        print("RESULT " + json.dumps({"variant": name, "error": round(error, 4)}), flush=True)
+        np.save(output / f"{name}.npy", vectors(graphs[name], features))
+        print(f"DONE {name}", flush=True)
+
+
+def vectors_folder(work: Path, emulate: bool) -> Path:
+    """Where a child saves its vectors: one folder for the native run, one for the emulated ones."""
+    return work / ("avx2" if emulate else "native")
 
 
 def run_child(graphs: dict[str, str], work: Path, names: list[str], emulate: bool) -> subprocess.Popen:
-    command = [sys.executable, __file__, "--child", json.dumps(graphs), str(work), *names]
+    output = vectors_folder(work, emulate)
+    output.mkdir(exist_ok=True)
+    command = [sys.executable, __file__, "--child", json.dumps(graphs), str(work), str(output), *names]
     if emulate:
         command = ["qemu-x86_64", "-cpu", EMULATED_CPU, *command]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
-def errors_of(process: subprocess.Popen) -> dict[str, float]:
+def errors_of(process: subprocess.Popen, output: Path, reference: np.ndarray) -> dict[str, float]:
+    """Each variant the child finished: its largest relative error against the native fp32 vectors."""
+    from harness.api.building_blocks import relative_error  # the statistic the precision check bounds
+
     out, _ = process.communicate()
-    rows = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
-    return {row["variant"]: row["error"] for row in rows}
+    names = [line[len("DONE ") :] for line in out.splitlines() if line.startswith("DONE ")]
+    return {name: round(relative_error(np.load(output / f"{name}.npy"), reference), 4) for name in names}
 
 
 def main() -> None:
@@ -99,21 +112,22 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.child:
-        child(json.loads(args.child), Path(rest[0]), rest[1:])
+        child(json.loads(args.child), Path(rest[0]), Path(rest[1]), rest[2:])
         return
-    from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
+    from harness.api.building_blocks import int8_cpu_class, relevant_cpu_flags
 
     print(f"this cpu: {' '.join(relevant_cpu_flags())} (int8 class {int8_cpu_class()})")
     with tempfile.TemporaryDirectory(prefix="bench-int8-isa-") as tmp:
         work = Path(tmp)
         graphs = prepare(args.variants, args.cache_dir, work)
-        np.save(work / "fp32.npy", vectors(graphs["fp32"], dict(np.load(work / "features.npz"))))
-        native = errors_of(run_child(graphs, work, args.variants, emulate=False))
+        reference = vectors(graphs["fp32"], dict(np.load(work / "features.npz")))
+        native_run = run_child(graphs, work, args.variants, emulate=False)
+        native = errors_of(native_run, vectors_folder(work, False), reference)
         emulated: dict[str, float] = {}
         if shutil.which("qemu-x86_64"):
             halves = [args.variants[0::2], args.variants[1::2]]  # two emulators at once: one per core
             for process in [run_child(graphs, work, half, emulate=True) for half in halves if half]:
-                emulated.update(errors_of(process))
+                emulated.update(errors_of(process, vectors_folder(work, True), reference))
         else:
             print("AVX2 column skipped: qemu-x86_64 is not installed (apt install qemu-user)")
     print(f"{'variant':14s} {'this cpu':>9s} {'avx2 (' + EMULATED_CPU + ', emulated)':>26s}")

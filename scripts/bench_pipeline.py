@@ -37,6 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
+from harness.api.building_blocks import (
+    INT8_VARIANTS,
+    int8_cpu_class,
+    int8_settings,
+    load_dataset,
+    relevant_cpu_flags,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -50,8 +59,6 @@ def _minilm_path() -> str:
 
 def measure_floor(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
     from sentence_transformers import SentenceTransformer
-
-    from harness.datasets.beir import load_dataset
 
     dataset = load_dataset(dataset_dir, "test")
     started = time.perf_counter()
@@ -84,19 +91,19 @@ def measure_beir(dataset_dir: Path, batch_size: int, work_dir: Path) -> dict:
 def _harness(
     dataset_dir: Path, batch_size: int, work_dir: Path, model: str, force: bool, extra=None, tag: str = ""
 ) -> dict:
-    from harness.pipeline import EvalOptions, run_eval
-
-    options = EvalOptions(
+    started = time.perf_counter()
+    evaluated = harness.eval(
+        dataset=str(dataset_dir),
+        model=model,
         batch_size=batch_size,
         results_dir=work_dir / f"results{tag}",
         cache_dir=work_dir / f"cache{tag}",
         data_dir=work_dir / "data",
         force=force,
-        progress=False,
+        no_progress=True,
         **(extra or {}),
     )
-    started = time.perf_counter()
-    result = run_eval(str(dataset_dir), model, options)
+    result = evaluated.results[0]  # one pair: its failure is raised, not reported
     encoder = result.provenance.get("retrieval", {}).get("encoder") or {}
     check = encoder.get("exact_check") or {}
     return {
@@ -149,8 +156,12 @@ def _runtime_line(runtime: str | None, precision: str, int8: str | None = None, 
 
             if not torch.cuda.is_available():
                 return {"skipped": "no CUDA GPU on this machine"}
-        encoder = {"runtime": runtime, "precision": precision, **({"int8": int8} if int8 else {})}
-        options = {"encoder_options": encoder, **({"device": device} if device else {})}
+        options = {
+            "runtime": runtime,
+            "precision": precision,
+            **({"int8": int8} if int8 else {}),
+            **({"device": device} if device else {}),
+        }
         tag = f"-{runtime}-{precision}-{int8}-{device}"
         return _harness(dataset_dir, batch_size, work_dir, MODEL_ID, force=False, extra=options, tag=tag)
 
@@ -158,16 +169,11 @@ def _runtime_line(runtime: str | None, precision: str, int8: str | None = None, 
 
 
 def _int8_lines() -> dict:
-    from harness.encoding.onnx_quantize import INT8_VARIANTS
-
     return {f"int8-{variant}": _runtime_line("onnx", "int8", variant) for variant in INT8_VARIANTS if variant != "per-tensor"}
 
 
 def cpu_lines() -> list[str]:
     """The CPU's model, relevant flags, int8 class and the int8 variant it gets by default."""
-    from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
-    from harness.encoding.onnx_quantize import int8_settings
-
     model = "unknown CPU"
     with contextlib.suppress(OSError):
         names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]

@@ -2,7 +2,7 @@
 of ``--repeats`` interleaved rounds after a warm-up), docs/s, speed-up and vector error against torch fp32.
 
 A quick way to see what a CPU gains from each setting before the full ``bench_pipeline.py`` run; the
-vector error is the one the precision check bounds (``harness.encoding.runtime_checks.APPROXIMATE_TOLERANCE``).
+vector error is the one the precision check bounds (``building_blocks.APPROXIMATE_TOLERANCE``).
 
 Usage: ``python scripts/bench_precision.py [--dataset-dir ../shared/data/beir/scifact] [--docs 512]``
 """
@@ -15,13 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.datasets.beir import load_dataset
-from harness.encoding.cpu import int8_cpu_class, relevant_cpu_flags
-from harness.encoding.onnx_quantize import INT8_VARIANTS
-from harness.encoding.runtime import cpu_has_native_bf16
-from harness.encoding.runtime_checks import APPROXIMATE_TOLERANCE, agreement
-from harness.encoding.runtime_choice import build_encoder
-from harness.models.resolve import resolve_model
+from harness.api.building_blocks import (
+    APPROXIMATE_TOLERANCE,
+    INT8_VARIANTS,
+    agreement,
+    build_encoder,
+    cpu_has_native_bf16,
+    int8_cpu_class,
+    load_dataset,
+    relevant_cpu_flags,
+    resolve_model,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"

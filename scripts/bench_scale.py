@@ -32,6 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.api.building_blocks import (
+    IndexSpec,
+    ShardedEmbeddings,
+    build_or_load_index,
+    search_exact,
+    search_index,
+    write_shard,
+)
+
 BLOCK = 10_000  # vectors are generated in seeded blocks, so every shard size stores the same corpus
 
 
@@ -56,9 +65,6 @@ def unit_vectors(start: int, stop: int, dim: int, clusters: int, seed: int) -> n
 
 def write_corpus(directory: Path, docs: int, dim: int, shard_size: int, clusters: int) -> None:
     """The synthetic corpus as a finished embedding-cache entry (shards + manifest)."""
-    from harness.core.fileio import atomic_write_json
-    from harness.encoding.embedding_cache import write_shard
-
     directory.mkdir(parents=True, exist_ok=True)
     num_shards = math.ceil(docs / shard_size)
     for index in range(num_shards):
@@ -77,7 +83,7 @@ def write_corpus(directory: Path, docs: int, dim: int, shard_size: int, clusters
         "finished_shards": list(range(num_shards)),
         "complete": True,
     }
-    atomic_write_json(directory / "manifest.json", manifest)
+    (directory / "manifest.json").write_text(json.dumps(manifest))  # read back by each measurement
 
 
 def peak_rss() -> int:
@@ -104,15 +110,6 @@ def measure(args: argparse.Namespace) -> None:
     """One search in this (fresh) process; prints a JSON line with its peak RSS and timings."""
     import faiss  # noqa: F401  (loaded before the baseline so the library itself is not counted twice)
 
-    from harness.encoding.embedding_cache import ShardedEmbeddings
-    from harness.retrieval.dense import (
-        IndexSpec,
-        all_doc_ids,
-        build_or_load_index,
-        search_exact,
-        search_index,
-    )
-
     directory = Path(args.directory)
     embeddings = ShardedEmbeddings(directory, json.loads((directory / "manifest.json").read_text()))
     queries = np.load(args.query_file)
@@ -126,7 +123,7 @@ def measure(args: argparse.Namespace) -> None:
         index = build_or_load_index(spec, embeddings)
         report["build_seconds"] = round(time.perf_counter() - started, 1)
         searched = time.perf_counter()
-        _, names = search_index(index, queries, args.top_k, spec, all_doc_ids(embeddings))
+        _, names = search_index(index, queries, args.top_k, spec, embeddings.doc_ids())
         report["search_seconds"] = round(time.perf_counter() - searched, 1)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["peak_rss"] = peak_rss()

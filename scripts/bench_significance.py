@@ -13,33 +13,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
+import time
 
-CHILD = """
-import json, resource, sys, time
 import numpy as np
 from scipy import stats  # imported before the baseline: only the resampling is measured
-from harness.evaluation.significance import _BATCH_ELEMENTS, bootstrap_interval
-which, resamples = sys.argv[1], int(sys.argv[2])
-values = np.random.default_rng(0).random(300)
-baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-started = time.perf_counter()
-if which == "harness":
-    low, high = bootstrap_interval(values, n_resamples=resamples, seed=1)
-else:
-    ci = stats.bootstrap((values,), np.mean, n_resamples=resamples, method="percentile",
-                         batch=_BATCH_ELEMENTS // len(values), rng=np.random.default_rng(1)).confidence_interval
-    low, high = float(ci.low), float(ci.high)
-seconds = time.perf_counter() - started
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": seconds, "extra_mb": (peak - baseline) / 1024, "interval": [low, high]}))
-"""
+
+from harness.api.building_blocks import RESAMPLE_BATCH_ELEMENTS, bootstrap_interval
+
+
+def child(which: str, resamples: int) -> None:
+    """One interval in this (fresh) process; prints its seconds, extra peak memory and bounds as JSON."""
+    values = np.random.default_rng(0).random(300)
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    if which == "harness":
+        low, high = bootstrap_interval(values, n_resamples=resamples, seed=1)
+    else:  # the harness's chunk size, so both draw the same resamples
+        batch = RESAMPLE_BATCH_ELEMENTS // len(values)
+        ci = stats.bootstrap(
+            (values,),
+            np.mean,
+            n_resamples=resamples,
+            method="percentile",
+            batch=batch,
+            rng=np.random.default_rng(1),
+        ).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"seconds": seconds, "extra_mb": (peak - baseline) / 1024, "interval": [low, high]}))
 
 
 def measure(which: str, resamples: int) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, which, str(resamples)], capture_output=True, text=True, check=True
+        [sys.executable, __file__, "--child", which, str(resamples)],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout)
 
@@ -47,8 +60,14 @@ def measure(which: str, resamples: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resamples", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--child", nargs=2, metavar=("WHICH", "RESAMPLES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"{'resamples':>10}  {'harness MB':>10}  {'scipy MB':>9}  {'harness s':>9}  {'scipy s':>8}  same interval")
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    print(
+        f"{'resamples':>10}  {'harness MB':>10}  {'scipy MB':>9}  {'harness s':>9}  {'scipy s':>8}  same interval"
+    )
     for resamples in args.resamples:
         ours, theirs = measure("harness", resamples), measure("scipy", resamples)
         print(

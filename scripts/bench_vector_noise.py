@@ -1,5 +1,5 @@
 """How far can a model's vectors move before nDCG@10 and Recall@100 move? The measured basis of the
-precision check's bound (``harness.encoding.runtime_checks.APPROXIMATE_TOLERANCE``).
+precision check's bound (``building_blocks.APPROXIMATE_TOLERANCE``).
 
 Takes the exact fp32 vectors of a dataset (encoded once, or found in the embedding cache), moves every
 corpus and query vector by a random direction of relative length ``e`` (so every vector has error
@@ -22,13 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.datasets.beir import load_dataset
-from harness.encoding.embedding_cache import EmbeddingCache
-from harness.encoding.runtime_choice import build_encoder
-from harness.evaluation.metrics import evaluate
-from harness.models.resolve import resolve_model
-from harness.qa.rag.embedding_metrics import normalise
-from harness.retrieval.dense import search_exact, to_run
+from harness.api.building_blocks import (
+    EmbeddingCache,
+    build_encoder,
+    load_dataset,
+    resolve_model,
+    score_run,
+    search_exact,
+    to_run,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATASET = REPO.parent / "shared" / "data" / "beir" / "scifact"
@@ -56,6 +58,13 @@ class MovedCorpus:
         yield self.doc_ids, self.vectors
 
 
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32; a zero row stays zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
 def moved(vectors: np.ndarray, error: float, rng: np.random.Generator) -> np.ndarray:
     """``vectors`` each moved by ``error`` times its own length in a random direction, renormalised."""
     direction = normalise(rng.standard_normal(vectors.shape).astype(np.float32))
@@ -66,7 +75,7 @@ def scores(qrels, query_ids, doc_ids, queries: np.ndarray, corpus: np.ndarray) -
     """The harness's exact search and metrics over these vectors."""
     found, names = search_exact(queries, MovedCorpus(doc_ids, corpus), 100)
     run = to_run(query_ids, found, names, 100, drop_identical_ids=False)
-    return evaluate(qrels, run, list(METRICS), diagnose=False).aggregate
+    return score_run(qrels, run, list(METRICS), diagnose=False).aggregate
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from harness.core.errors import HarnessError
 TESTS = ("permutation", "ttest", "wilcoxon")
 CORRECTIONS = ("holm", "bonferroni", "none")
 # Resamples x queries held in memory at once; fixed so results do not depend on the machine.
-_BATCH_ELEMENTS = 1 << 22
+RESAMPLE_BATCH_ELEMENTS = 1 << 22
 # The real range of --n-resamples. Below 100 the tails of a 95% percentile interval hold about two
 # resamples; above a million p-values resolve below 1e-6 (finer than any correction needs) while the
 # bootstrap keeps one float per resample (8 MB at the limit) and each test takes seconds per comparison.
@@ -55,7 +55,7 @@ def _permutation_p_value(diffs: np.ndarray, n_resamples: int, rng: np.random.Gen
         flips = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
         null = total - 2.0 * (flips @ diffs)
         return float(np.mean(np.abs(null) >= observed))
-    rows = max(1, _BATCH_ELEMENTS // n)
+    rows = max(1, RESAMPLE_BATCH_ELEMENTS // n)
     extreme = 0
     for start in range(0, n_resamples, rows):
         flips = rng.integers(0, 2, size=(min(rows, n_resamples - start), n), dtype=np.int8)
@@ -87,9 +87,9 @@ def bootstrap_interval(
     """Percentile-bootstrap interval of the mean of ``values``; the one bootstrap every output uses.
 
     Seeded with ``numpy.random.default_rng(seed)``: same values and seed, same interval. Resamples are
-    drawn in chunks of at most ``_BATCH_ELEMENTS`` values, so memory holds one chunk plus one mean per
-    resample, whatever the number of queries (the draws are those of ``scipy.stats.bootstrap`` with
-    ``batch`` set alike, so intervals equal earlier releases').
+    drawn in chunks of at most ``RESAMPLE_BATCH_ELEMENTS`` values, so memory holds one chunk plus one
+    mean per resample, whatever the number of queries (the draws are those of ``scipy.stats.bootstrap``
+    with ``batch`` set alike, so intervals equal earlier releases').
     """
     from scipy import stats
 
@@ -99,7 +99,7 @@ def bootstrap_interval(
     if np.ptp(data) == 0:  # every resample has the same mean
         return float(data[0]), float(data[0])
     rng = np.random.default_rng(seed)
-    rows = max(1, _BATCH_ELEMENTS // len(data))
+    rows = max(1, RESAMPLE_BATCH_ELEMENTS // len(data))
     means = np.empty(n_resamples, dtype=np.float64)
     for start in range(0, n_resamples, rows):
         stop = min(start + rows, n_resamples)
