@@ -85,7 +85,7 @@ class RAGRunSettings:
     judge: bool = False
     judge_base_url: str | None = None
     judge_model: str | None = None
-    judge_api_key: str | None = None
+    judge_api_key: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log
     judge_repeats: int = 1
     judge_timeout: float = 60.0
     judge_retries: int = 3
