@@ -133,8 +133,7 @@ class EvaluateResult(CommandResult):
 
     def render(self) -> str:
         result = self.evaluation
-        width = max(len(name) for name in result.aggregate)
-        lines = [f"{name:<{width}}  {value:.4f}" for name, value in result.aggregate.items()]
+        lines = text_table([[name, f"{value:.4f}"] for name, value in result.aggregate.items()])
         lines.append(coverage_line(result))
         if result.judged:
             lines.append(_judged_line(result))
