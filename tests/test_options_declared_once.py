@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from harness.api import COMMANDS, Command, CommandGroup
+from harness.api.commands import all_commands
 from harness.cli import build_parser
 from harness.core.options import OptionsRecord, field_defaults
 
@@ -24,13 +25,7 @@ TRIVIAL = (None, True, False, 0, 1, "")
 
 
 def _commands() -> dict[str, Command]:
-    found: dict[str, Command] = {}
-    for entry in COMMANDS:
-        if isinstance(entry, Command):
-            found[entry.name] = entry
-        elif isinstance(entry, CommandGroup):
-            found.update({f"{entry.name} {command.name}": command for command in entry.commands})
-    return found
+    return all_commands(COMMANDS)
 
 
 def _defaults() -> set[tuple[str, object]]:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from harness.api import (
     cache_commands,
     data_commands,
@@ -29,10 +31,10 @@ COMMAND_LINE: tuple[Command | CommandGroup, ...] = (
 )
 
 
-def all_commands() -> dict[str, Command]:
-    """Every command by its full name (``evaluate``, ``data list``)."""
+def all_commands(entries: Iterable[Command | CommandGroup] = COMMAND_LINE) -> dict[str, Command]:
+    """Every command of ``entries`` by its full name (``evaluate``, ``data list``)."""
     found: dict[str, Command] = {}
-    for entry in COMMAND_LINE:
+    for entry in entries:
         if isinstance(entry, Command):
             found[entry.name] = entry
         elif isinstance(entry, CommandGroup):
