@@ -39,7 +39,9 @@ def test_make_eval_defaults_reproduce_mteb(e2e_env: dict[str, str], e2e_workdir:
     assert completed.returncode == 0, completed.stderr[-3000:]
     row = _summary_row(completed.stdout)
     assert row[1] == "sentence-transformers/all-MiniLM-L6-v2"
-    assert row[2] in {"exact (torch) fp32", "exact (onnx) fp32"}  # the default: exact, fp32
+    # The default: exact, fp32, computed by whichever runtime the once-per-model check timed fastest among
+    # those equal to torch fp32 (the fused ONNX graph is one of them; which wins is the machine's timing).
+    assert row[2] in {"exact (torch) fp32", "exact (onnx) fp32", "exact (onnx-fused) fp32"}
     assert row[3:6] == [EXPECTED["ndcg@10"], JUDGED_AT_10, EXPECTED["recall@100"]]
 
     folder = results / "scifact" / "sentence-transformers__all-MiniLM-L6-v2"
