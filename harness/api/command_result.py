@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.fileio import atomic_write_json
 from harness.core.options import OptionsRecord, options_doc
 
 
@@ -40,6 +41,14 @@ class CommandResult:
     def payload(self) -> dict[str, Any]:
         """The command's own JSON (what ``--output`` writes, where the command has it)."""
         return {}
+
+    def write_payload(self, path: Path, *, parents: bool = False) -> None:
+        """Write :meth:`payload` to ``path`` atomically and list it among the files written.
+
+        ``parents``: create a missing folder (steps' folders) rather than refuse it (a checked ``--output``).
+        """
+        atomic_write_json(path, self.payload(), parents=parents)
+        self.paths.append(path)
 
 
 @dataclass

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.command_result import Command, CommandResult
-from harness.core.fileio import atomic_write_json
 from harness.core.options import INT32_MAX, OptionsRecord, option
 from harness.core.text_table import text_table
 from harness.evaluation.metrics import pretty_metric
@@ -108,8 +107,7 @@ def diff(
     if echo is not None:
         echo("\n".join(report_lines(report)))
     if options.output:
-        atomic_write_json(options.output, report.to_json())
-        result.paths.append(options.output)
+        result.write_payload(options.output, parents=True)
     return result
 
 

@@ -30,7 +30,6 @@ from harness.api.shared_options import (
     seed_option,
     significance_of,
 )
-from harness.core.fileio import atomic_write_json
 from harness.core.options import INT32_MAX, OptionsRecord, option, output_file
 from harness.core.paths import default_cache_dir
 from harness.core.text_table import text_table
@@ -256,8 +255,7 @@ def qa_eval(
         messages=messages,
     )
     if options.output:
-        atomic_write_json(options.output, report, parents=False)
-        result.paths.append(options.output)
+        result.write_payload(options.output)
     if options.ultrarag_save_path:
         rows = [evaluation.per_question[record.qid] for record in qa_file.records]
         shaped = ultrarag.answer_results(keys, rows)
@@ -358,8 +356,7 @@ def qa_compare(
         messages=messages,
     )
     if options.output:
-        atomic_write_json(options.output, result.payload(), parents=False)
-        result.paths.append(options.output)
+        result.write_payload(options.output)
     return result
 
 
@@ -535,8 +532,7 @@ def rag_eval(
         options=options, report=report, messages=[] if notify is not None else [str(notice) for notice in report.notices]
     )
     if options.output:
-        atomic_write_json(options.output, result.payload())
-        result.paths.append(options.output)
+        result.write_payload(options.output, parents=True)
     return result
 
 
@@ -602,8 +598,7 @@ def rag_compare(
         options=options, report=report, messages=[] if notify is not None else [str(notice) for notice in report.notices]
     )
     if options.output:
-        atomic_write_json(options.output, result.payload())
-        result.paths.append(options.output)
+        result.write_payload(options.output, parents=True)
     return result
 
 

@@ -186,8 +186,7 @@ def evaluate(options: EvaluateOptions | None = None, /, **values: Any) -> Evalua
     if evaluation.judged.get("warning"):
         result.messages.append(f"warning: {evaluation.judged['warning']}")
     if options.output:
-        atomic_write_json(options.output, result.payload(), parents=False)
-        result.paths.append(options.output)
+        result.write_payload(options.output)
     if options.ultrarag_save_path:
         shaped = ultrarag.trec_results(evaluation.aggregate)
         result.paths += write_ultrarag(options.ultrarag_save_path, shaped, result.payload())
@@ -334,8 +333,7 @@ def compare(options: CompareOptions | None = None, /, **values: Any) -> CompareR
         comparison=comparison, inputs=describe_inputs(files), significance=significance, output=options.output
     )
     if options.output:
-        atomic_write_json(options.output, result.payload(), parents=False)
-        result.paths.append(options.output)
+        result.write_payload(options.output)
     if options.ultrarag_save_path:
         shaped = ultrarag.pvalue_results(comparison["comparisons"])
         result.paths += write_ultrarag(options.ultrarag_save_path, shaped, result.payload())

@@ -9,7 +9,6 @@ A default comes from the stage that uses the value (``SignificanceSettings``, ``
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from harness.core.options import SEED_MAX, option, output_file
@@ -33,10 +32,7 @@ _FUSION = FusionSettings()
 
 def json_output_option(help: str = "also write the results as JSON") -> Any:
     """``--output/-o FILE.json``: refused at once when it is a folder or its folder is missing."""
-    value: Path | None = option(
-        None, flags=("--output", "-o"), parse=output_file, metavar="FILE.json", help=help
-    )
-    return value
+    return option(None, flags=("--output", "-o"), parse=output_file, metavar="FILE.json", help=help)
 
 
 # -------------------------------------------------------------------------------- significance

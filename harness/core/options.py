@@ -171,7 +171,6 @@ class CliSpec:
     group: tuple[str, str | None] | None = None  # (title, description) of an argument group
     exclusive: str | None = None  # options naming the same group here are mutually exclusive
     hidden: bool = False  # accepted from files and Python only (no command-line flag)
-    show_default: bool = False  # argparse's "(default: ...)" is in the help text already when wanted
 
     def option_strings(self, name: str) -> list[str]:
         return list(self.flags) or [f"--{name.replace('_', '-')}"]
