@@ -211,9 +211,8 @@ class EvalOptions(OptionsRecord):
         always listed them: ``progress``, ``encoder_options``, ``devices`` as a list; an empty ``metrics``
         or ``ks`` means the default, as an absent option does."""
         values: dict[str, Any] = {}
-        for (
-            name
-        ) in EvalOptions.model_fields:  # a command's own fields (dataset, model...) are not options here
+        # EvalOptions' own fields only: a command's (dataset, model...) are not pipeline options.
+        for name in EvalOptions.model_fields:
             if name == "no_progress":
                 values["progress"] = self.progress
             elif name in _ENCODER_OPTIONS:
