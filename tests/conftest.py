@@ -83,7 +83,9 @@ def scifact_reference(tmp_path_factory, beir_mirror: Path, tiny_st_dir: Path):
 
 
 @pytest.fixture(autouse=True)
-def _no_cache_in_the_checkout(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_cache_in_the_checkout(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A test that relies on the default cache folder writes into a temporary one, never ./cache."""
     if "HARNESS_CACHE_DIR" not in os.environ:
         monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "default-cache"))

@@ -9,11 +9,18 @@ The metrics are computed by the real ``harness.evaluation.metrics.evaluate`` and
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from harness.core.fileio import file_digest
 from harness.datasets.qrels import read_qrels
 from harness.evaluation.trec import write_run
+from harness.reports.html import inline_source
 from harness.results.result_store import result_dir, write_result
 
 METRICS = ["ndcg@10", "recall@100"]
@@ -62,8 +69,12 @@ def make_result(
     created_at: str = "2025-01-01T00:00:00+00:00",
     folder: Path | None = None,
     root: Path | None = None,
+    tag: str | None = None,
 ) -> Path:
-    """Evaluate ``run`` with the real evaluator and write a complete result folder; returns it."""
+    """Evaluate ``run`` with the real evaluator and write a complete result folder; returns it.
+
+    The run file's tag column is ``tag`` (default: the model name, which then must hold no whitespace).
+    """
     from harness.evaluation.metrics import evaluate
 
     evaluation = evaluate(qrels, run, METRICS)
@@ -94,5 +105,57 @@ def make_result(
         target,
         metrics_payload=payload,
         provenance=provenance,
-        write_run_file=lambda path: write_run(path, run, model),
+        write_run_file=lambda path: write_run(path, run, tag or model),
     )
+
+
+# ---- a real headless browser ---------------------------------------------------------------------------
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def chromium() -> str:
+    """The headless browser; its absence is a broken test environment, so the test fails rather than skips."""
+    candidates = [os.environ.get("HARNESS_CHROMIUM", "")] + [shutil.which(name) or "" for name in BROWSERS]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.fail("headless Chromium is needed: `apt-get install -y chromium` (Debian) or set HARNESS_CHROMIUM")
+
+
+def with_test_script(page: str, script: str, *, at: str) -> str:
+    """A copy of ``page`` running the test's own ``script`` (inserted before the marker ``at``).
+
+    The page allows only scripts whose sha256 its Content-Security-Policy lists, so the test's script is
+    listed there too; nothing else changes, and any other inline script stays blocked.
+    """
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page)
+    assert policy, "the page has no Content-Security-Policy"
+    widened = policy.group(1).replace("script-src ", f"script-src {inline_source(script)} ", 1)
+    page = page.replace(policy.group(1), widened, 1)
+    assert at in page
+    return page.replace(at, f"<script>{script}</script>{at}", 1)
+
+
+def dump_dom(page: str, folder: Path) -> str:
+    """The DOM of ``page`` after it loaded and its scripts ran, from headless Chromium (``--dump-dom``)."""
+    checked = folder / "checked.html"
+    checked.write_text(page, encoding="utf-8")
+    completed = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={folder / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            checked.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return completed.stdout

@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from harness.core.errors import HarnessError
+from harness.core.staging import is_stale, staged_folder
 from harness.datasets.beir import load_dataset
 from harness.models.model_registry import ModelRecord, find_record, model_registry
 from harness.retrieval.bm25 import BM25Params, BM25Retriever
@@ -175,7 +176,9 @@ def test_damaged_cache_is_rebuilt(dataset, tmp_path: Path) -> None:
 def test_unwritable_cache_is_a_harness_error(dataset, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache folder should be")
-    with pytest.raises(HarnessError, match="cannot write .*not-a-dir.*: part of the path is a file, not a folder"):
+    with pytest.raises(
+        HarnessError, match="cannot write .*not-a-dir.*: part of the path is a file, not a folder"
+    ):
         run_once(bm25_record(), dataset, blocker)
 
 
@@ -284,3 +287,88 @@ def test_bm25_flat_is_close_to_pyserini_on_scifact(beir_mirror: Path, tmp_path: 
     # Measured 0.6777 / 0.9253: Lucene's lossy one-byte document lengths are the remaining difference.
     for name, expected in PYSERINI_FLAT_SCIFACT.items():
         assert metrics[name] == pytest.approx(expected, abs=0.003), (name, metrics[name])
+
+
+# ---- staging folders: a killed build leaves nothing that outlives the next run (issue 33) ------------------
+
+# Builds the toy index in a child process that SIGKILLs itself halfway through saving (after the first file).
+KILLED_BUILD = """
+import os, signal, sys
+from pathlib import Path
+import bm25s
+from harness.datasets.beir import load_dataset
+from harness.models.model_registry import ModelRecord
+from harness.retrieval.bm25 import BM25Retriever
+
+original = bm25s.BM25.save
+def save_then_die(self, folder, **kwargs):
+    original(self, folder, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+bm25s.BM25.save = save_then_die
+record = ModelRecord(name="bm25-test", kind="bm25", title_join=" ", params={})
+BM25Retriever(record, cache_dir=sys.argv[2], progress=False).retrieve(load_dataset(sys.argv[1], "test"), 10)
+"""
+
+
+def test_a_killed_index_build_leaves_a_staging_folder_the_next_run_frees(dataset, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BUILD, str(dataset.root), str(cache)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (leftover,) = (cache / "bm25").glob(".*.tmp")  # a kill runs no cleanup: the folder names its dead owner
+    assert is_stale(leftover) and any(leftover.iterdir())
+    assert not [path for path in (cache / "bm25").iterdir() if not path.name.startswith(".")]
+
+    run, retriever = run_once(bm25_record(), dataset, cache)
+    assert not leftover.exists() and not list((cache / "bm25").glob(".*.tmp"))
+    assert retriever.timings["cache_hit"] == 0.0 and run["q6"]
+
+
+def test_a_failed_build_removes_its_staging_folder(dataset, tmp_path: Path, monkeypatch) -> None:
+    import bm25s
+
+    def fail_after_saving(self, folder, **kwargs):
+        (Path(folder) / "half-written.npy").write_bytes(b"x")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bm25s.BM25, "save", fail_after_saving)
+    with pytest.raises(HarnessError, match="no space left on the device"):
+        run_once(bm25_record(), dataset, tmp_path / "cache")
+    assert list((tmp_path / "cache" / "bm25").iterdir()) == []
+
+
+def test_staged_folder_frees_dead_writers_leftovers_and_spares_live_ones(tmp_path: Path) -> None:
+    """What every staged writer does at its start (a result folder ``bm25`` here): dead leftovers go."""
+    import socket
+
+    parent = tmp_path / "results" / "scifact"
+    parent.mkdir(parents=True)
+    host = socket.gethostname()
+    dead_pid = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        ).stdout
+    )
+    dead = parent / f".bm25.@{host}@{dead_pid}@abc.tmp"
+    live = parent / f".bm25.@{host}@{os.getppid()}@def.tmp"  # a running writer's (pytest's parent process)
+    old_untagged = parent / ".bm25.xyz.tmp"  # an older version's, untouched for two days
+    for folder in (dead, live, old_untagged):
+        (folder / "run.trec").parent.mkdir()
+        (folder / "run.trec").write_text("q1 Q0 d1 1 1.0 x\n")
+    os.utime(old_untagged, (0, 0))
+    other = parent / f".e5.@{host}@{dead_pid}@ghi.tmp"  # another result's staging: not this writer's business
+    other.mkdir()
+
+    with staged_folder(parent / "bm25") as staging:
+        assert staging.parent == parent and staging.name.startswith(".bm25.@") and staging.is_dir()
+        (staging / "run.trec").write_text("new\n")
+        os.rename(staging, parent / "bm25")
+    assert sorted(path.name for path in parent.iterdir()) == sorted(["bm25", live.name, other.name])
+    with pytest.raises(RuntimeError), staged_folder(parent / "bm25") as staging:
+        raise RuntimeError("interrupted")
+    assert not staging.exists()

@@ -283,7 +283,9 @@ def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tin
     """Embeddings, a FAISS index over them, a BM25 index and an ONNX export, all in one listing."""
     cache_dir = tmp_path / "cache"
     dataset = load_dataset(beir_folder, "test")
-    encoder = build_encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2, cache_dir=cache_dir)
+    encoder = build_encoder(
+        resolve_record(tiny_record(tiny_bert_dir)), device="cpu", batch_size=2, cache_dir=cache_dir
+    )
     corpus = EmbeddingCache(cache_dir).corpus(dataset, encoder, shard_size=4, progress=False)
     build_or_load_index(parse_index_spec("HNSW8"), corpus)
     BM25Retriever(resolve_model("bm25").record, cache_dir=cache_dir, progress=False).retrieve(dataset, 5)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fault_snapshot import assert_unchanged, snapshot
 
 from harness.cli import main
 
@@ -68,6 +69,36 @@ CASES = {
         [*GOOD_QUERIES, '{"_id": "q2", "text": "again"}'],
         "queries.jsonl:3: duplicate query _id 'q2' (first on line 2)",
     ),
+    "corpus line nested 100,000 deep": (
+        "corpus",
+        [GOOD_DOCS[0], '{"_id": "d2", "text": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+        "corpus.jsonl:2: JSON nested deeper than 200 levels",
+    ),
+    "query line nested 100,000 deep": (
+        "queries",
+        ["[" * 100_000 + "]" * 100_000, GOOD_QUERIES[1]],
+        "queries.jsonl:1: JSON nested deeper than 200 levels",
+    ),
+    "document id NaN": (
+        "corpus",
+        [GOOD_DOCS[0], '{"_id": NaN, "text": "two"}'],
+        "corpus.jsonl:2: `_id` must be a string, not NaN",
+    ),
+    "document text Infinity": (
+        "corpus",
+        [GOOD_DOCS[0], '{"_id": "d2", "text": Infinity}'],
+        "corpus.jsonl:2: `text` must be a string (_id 'd2')",
+    ),
+    "query id -Infinity": (
+        "queries",
+        [GOOD_QUERIES[0], '{"_id": -Infinity, "text": "second"}'],
+        "queries.jsonl:2: `_id` must be a string, not -Infinity",
+    ),
+    "document id of 5000 digits": (
+        "corpus",
+        [GOOD_DOCS[0], '{"_id": ' + "7" * 5000 + ', "text": "two"}'],
+        "corpus.jsonl:2: malformed JSON (a number with too many digits)",
+    ),
     "non-integer score": (
         "qrels",
         [*GOOD_QRELS[:2], "q2\td2\t0.5"],
@@ -91,12 +122,14 @@ def test_bad_input_is_one_error_line_with_file_and_line(case: str, tmp_path: Pat
     which, lines, message = CASES[case]
     files = {"corpus": GOOD_DOCS, "queries": GOOD_QUERIES, "qrels": GOOD_QRELS} | {which: lines}
     root = _write(tmp_path / "bad", files["corpus"], files["queries"], files["qrels"])
+    before = snapshot(tmp_path)
 
     assert main(["data", "verify", str(root)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith(f"error: {root}/{message}"), err
     assert "Traceback" not in err
+    assert_unchanged(before, tmp_path)  # no checksum sidecar, nothing else written
 
 
 def test_the_good_variant_of_those_files_loads(tmp_path: Path, capsys):

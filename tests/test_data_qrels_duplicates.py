@@ -125,10 +125,12 @@ def test_checksum_store_recomputes_only_when_the_file_changes(tmp_path: Path, mo
     assert store.sha256(root, "corpus.jsonl") == first and len(calls) == 1  # reused in memory
     fresh = ChecksumStore()  # what a new process has: only the sidecar
     assert fresh.sha256(root, "corpus.jsonl") == first and len(calls) == 1
-    sidecar = json.loads((root / SIDECAR_FILE).read_text(encoding="utf-8"))
+    assert not (root / SIDECAR_FILE).exists()  # the folder is only read: the values live in the cache
+    stored = json.loads(store.path_for(root).read_text(encoding="utf-8"))
     status = data.stat()
-    assert sidecar == {
-        "version": 1,
+    assert stored == {
+        "version": 2,
+        "folder": str(root.resolve()),
         "entries": {"sha256:corpus.jsonl": {"stamp": [[status.st_size, status.st_mtime_ns]], "value": first}},
     }
 

@@ -27,7 +27,9 @@ def _eval(tmp_path: Path, *extra: str) -> list[str]:
 def _assert_one_line_error(capsys: pytest.CaptureFixture[str], code: int, *needles: str) -> str:
     captured = capsys.readouterr()
     assert code != 0
-    error_lines = [line for line in captured.err.splitlines() if line.startswith("error:") or "error:" in line]
+    error_lines = [
+        line for line in captured.err.splitlines() if line.startswith("error:") or "error:" in line
+    ]
     assert len(error_lines) == 1, captured.err
     assert "Traceback" not in captured.err
     for needle in needles:

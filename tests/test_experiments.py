@@ -364,7 +364,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path, capsys: pytest
     capsys.readouterr()
     assert harness("run", experiment, "--dry-run", "--set", "evaluate.metrics=[map]") == 0
     out = capsys.readouterr().out
-    assert "1. compare [compare] -> " in out and "reused (options and inputs unchanged)" in out
+    assert "1. compare [compare] -> " in out and "reused (options, inputs and outputs unchanged)" in out
     assert "2. evaluate [evaluate]" in out and out.count(": runs (") == 1
 
 
@@ -542,8 +542,16 @@ def test_scifact_dense_vs_bm25_example(
 @pytest.mark.parametrize(
     ("kind", "options", "field"),
     [
-        ("compare", {"qrels": "q", "baseline": "a", "others": "b", "test": "bogus"}, "test"),  # significance's
-        ("compare", {"qrels": "q", "baseline": "a", "others": "b", "score_precision": "x"}, "score_precision"),
+        (
+            "compare",
+            {"qrels": "q", "baseline": "a", "others": "b", "test": "bogus"},
+            "test",
+        ),  # significance's
+        (
+            "compare",
+            {"qrels": "q", "baseline": "a", "others": "b", "score_precision": "x"},
+            "score_precision",
+        ),
         ("eval", {"dataset": "d", "model": "m", "executor": "x"}, "executor"),  # its own
         ("eval", {"dataset": "d", "model": "m", "qrels_duplicates": "x"}, "qrels_duplicates"),  # scoring's
         ("table", {"correction": "x"}, "correction"),

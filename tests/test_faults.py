@@ -28,7 +28,22 @@ from harness.evaluation.significance import bootstrap_interval, paired_test
 from harness.retrieval.dense import parse_index_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-WORDS = ["gene", "cell", "mouse", "protein", "study", "brain", "cancer", "virus", "drug", "heart", "blood", "liver", "tumor", "model"]
+WORDS = [
+    "gene",
+    "cell",
+    "mouse",
+    "protein",
+    "study",
+    "brain",
+    "cancer",
+    "virus",
+    "drug",
+    "heart",
+    "blood",
+    "liver",
+    "tumor",
+    "model",
+]
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -60,7 +75,10 @@ def make_beir(folder: Path, n_docs: int = 60, n_queries: int = 12, seed: int = 0
     """A small BEIR folder of generated documents, every query judged."""
     rng = random.Random(seed)
     (folder / "qrels").mkdir(parents=True)
-    docs = [{"_id": f"d{i}", "title": rng.choice(WORDS), "text": " ".join(rng.choices(WORDS, k=8))} for i in range(n_docs)]
+    docs = [
+        {"_id": f"d{i}", "title": rng.choice(WORDS), "text": " ".join(rng.choices(WORDS, k=8))}
+        for i in range(n_docs)
+    ]
     queries = [{"_id": f"q{i}", "text": " ".join(rng.choices(WORDS, k=3))} for i in range(n_queries)]
     (folder / "corpus.jsonl").write_text("".join(json.dumps(doc) + "\n" for doc in docs), encoding="utf-8")
     (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
@@ -96,13 +114,23 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
         runs[name].write_text("".join(lines), encoding="utf-8")
     qa = {}
     for name, answer in (("a", "paris"), ("b", "london")):
-        rows = [{"id": i, "question": "capital?", "golden_answers": ["paris"], "pred_answer": answer} for i in range(5)]
+        rows = [
+            {"id": i, "question": "capital?", "golden_answers": ["paris"], "pred_answer": answer}
+            for i in range(5)
+        ]
         qa[name] = tmp_path / f"qa_{name}.jsonl"
         qa[name].write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     (tmp_path / "results").mkdir()
     (tmp_path / "existing.txt").write_text("keep me\n", encoding="utf-8")
     (tmp_path / "folder").mkdir()
-    return {"root": tmp_path, "qrels": qrels, "run_a": runs["a"], "run_b": runs["b"], "qa_a": qa["a"], "qa_b": qa["b"]}
+    return {
+        "root": tmp_path,
+        "qrels": qrels,
+        "run_a": runs["a"],
+        "run_b": runs["b"],
+        "qa_a": qa["a"],
+        "qa_b": qa["b"],
+    }
 
 
 # --- numeric options: checked at parse time against their real range -----------------------------------
@@ -141,7 +169,9 @@ def _command(kind: str, inputs: dict[str, Path], extra: list[str]) -> list[str]:
     }[kind] + extra
 
 
-@pytest.mark.parametrize(("kind", "extra", "option"), BAD_OPTIONS, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+@pytest.mark.parametrize(
+    ("kind", "extra", "option"), BAD_OPTIONS, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
 def test_out_of_range_numbers_are_refused_at_parse_time(inputs, capsys, kind, extra, option) -> None:
     before = tree_digest(inputs["root"])
     line = assert_refused(capsys, main(_command(kind, inputs, extra)), option, extra[1])
@@ -171,7 +201,10 @@ def test_paired_test_values_unchanged_by_chunked_bootstrap() -> None:
     for (test, n, seed), values in expected.items():
         result = paired_test(a, b, test=test, n_resamples=n, seed=seed, confidence=0.9)
         assert (result.p_value, result.ci_low, result.ci_high) == values
-    assert bootstrap_interval(rng.random(12), n_resamples=500_000, seed=3) == (0.3300337480898475, 0.6617197401323167)
+    assert bootstrap_interval(rng.random(12), n_resamples=500_000, seed=3) == (
+        0.3300337480898475,
+        0.6617197401323167,
+    )
 
 
 @pytest.mark.parametrize(("size", "resamples"), [(12, 400_000), (20_000, 3000)])
@@ -181,7 +214,12 @@ def test_chunked_bootstrap_equals_scipy_bootstrap(size: int, resamples: int) -> 
     values = np.random.default_rng(size).random(size)
     batch = max(1, (1 << 22) // size)
     theirs = stats.bootstrap(
-        (values,), np.mean, n_resamples=resamples, method="percentile", batch=batch, rng=np.random.default_rng(9)
+        (values,),
+        np.mean,
+        n_resamples=resamples,
+        method="percentile",
+        batch=batch,
+        rng=np.random.default_rng(9),
     ).confidence_interval
     assert bootstrap_interval(values, n_resamples=resamples, seed=9) == (theirs.low, theirs.high)
 
@@ -356,7 +394,9 @@ def small_disk(tmp_path: Path):
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs: {done.stderr.strip()}")
     try:
@@ -376,7 +416,9 @@ def fill(mount: Path, keep: int) -> Path:
 def _shards(cache: Path) -> dict[str, str]:
     """Embedding shard files (path inside the cache) -> sha256."""
     digests = tree_digest(cache)
-    return {str(Path(path).relative_to(cache)): digest for path, digest in digests.items() if "/shard-" in path}
+    return {
+        str(Path(path).relative_to(cache)): digest for path, digest in digests.items() if "/shard-" in path
+    }
 
 
 def test_disk_full_is_one_line_and_resumes_cleanly(tmp_path, capsys, small_disk, tiny_st_dir) -> None:
@@ -390,7 +432,7 @@ def test_disk_full_is_one_line_and_resumes_cleanly(tmp_path, capsys, small_disk,
     cache, results = small_disk / "cache", tmp_path / "results"
     filler = fill(small_disk, keep=48 * 1024)
     code = main(eval_args(dataset, tiny_st_dir, cache, results, *options))
-    line = assert_refused(capsys, code, str(cache), "no space left on the device", "free some space")
+    line = assert_refused(capsys, code, str(cache), "no space left on the device", "space there")
     assert not results.exists()
     written = _shards(cache)
     assert 0 < len(written) < 24  # some shards finished before the disk filled; each one whole
@@ -436,7 +478,13 @@ def test_interrupt_while_writing_keeps_the_previous_file(inputs, capsys, monkeyp
 def test_a_file_given_as_a_folder_option_is_refused(inputs, capsys, option) -> None:
     blocker = inputs["root"] / "existing.txt"
     before = tree_digest(inputs["root"])
-    code = main([*eval_args(inputs["root"] / "set", "bm25", inputs["root"] / "c", inputs["root"] / "r"), option, str(blocker)])
+    code = main(
+        [
+            *eval_args(inputs["root"] / "set", "bm25", inputs["root"] / "c", inputs["root"] / "r"),
+            option,
+            str(blocker),
+        ]
+    )
     assert_refused(capsys, code, option, str(blocker), "is a file, not a folder")
     assert tree_digest(inputs["root"]) == before
 
@@ -449,7 +497,9 @@ def test_os_error_below_the_writers_is_one_line(tmp_path, capsys, tiny_st_dir) -
     (cache / "embeddings").write_text("not a folder\n", encoding="utf-8")
     before = tree_digest(tmp_path)
     code = main(eval_args(dataset, tiny_st_dir, cache, results, "--workers", "1"))
-    assert_refused(capsys, code, str(cache / "embeddings"), "part of the path is a file", "move that file away")
+    assert_refused(
+        capsys, code, str(cache / "embeddings"), "part of the path is a file", "move that file away"
+    )
     assert {path: digest for path, digest in tree_digest(tmp_path).items() if path in before} == before
     assert not results.exists()
 
@@ -486,7 +536,9 @@ def test_a_reader_that_stops_reading_is_not_an_error(inputs) -> None:
     command = [sys.executable, "-m", "harness", "evaluate", str(inputs["qrels"]), str(inputs["run_a"])]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     try:
-        done = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            command, stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120
+        )
     finally:
         os.close(write_end)
     assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +24,8 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO_ROOT
+from fault_snapshot import assert_unchanged
+from fault_snapshot import snapshot as full_snapshot
 from tiny_bert import tiny_record
 
 from harness.cli import main
@@ -31,7 +34,6 @@ from harness.core.cache import auto_shard_size, shard_paths
 from harness.core.staging import is_stale
 from harness.datasets import download
 from harness.datasets.beir import load_dataset
-from harness.datasets.checksums import SIDECAR_FILE
 from harness.datasets.dataset_registry import SOURCE_FILE, get_dataset_record
 from harness.datasets.download import DownloadError, fetch_url
 from harness.encoding.embedding_cache import EmbeddingCache, encode_corpus_shards
@@ -91,7 +93,7 @@ def snapshot(*folders: Path) -> dict[str, str]:
     found = {}
     for folder in folders:
         for path in sorted(folder.rglob("*")) if folder.exists() else []:
-            if path.is_file() and path.name != SIDECAR_FILE:  # remembered hashes, added beside the data
+            if path.is_file():  # every file, a sidecar too: nothing is ever written beside the data
                 found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
@@ -574,7 +576,9 @@ def test_a_dropped_connection_is_one_clean_line(toy_registry: Path, tmp_path: Pa
 
 
 def test_a_changed_onnx_export_is_exported_again(tmp_path: Path, tiny_bert_dir: Path, caplog):
-    encoder = build_encoder(resolve_record(tiny_record(tiny_bert_dir)), device="cpu", cache_dir=tmp_path / "cache")
+    encoder = build_encoder(
+        resolve_record(tiny_record(tiny_bert_dir)), device="cpu", cache_dir=tmp_path / "cache"
+    )
     graph, record = ensure_exported(encoder.load(), encoder.model, tmp_path / "cache")
     assert record["files"]["model.onnx"]["bytes"] == graph.stat().st_size
     good = graph.read_bytes()
@@ -601,3 +605,182 @@ def test_the_checked_loader_refuses_what_was_not_written(tmp_path: Path):
     path.unlink()
     with pytest.raises(CorruptArtifact, match="missing from the cache"):
         load_array(path, record, fix="redo")
+
+
+# ------------------------------------------------------------------------------- a full cache disk (issue 33)
+
+ONE_ERROR_LINE = "no space left on the device holding"
+
+
+def _short_write(fid, array, **kwargs):
+    """numpy's own writer on a full disk: part of the bytes, then an OSError that carries no errno."""
+    data = array.tobytes()
+    fid.write(data[: len(data) // 2])
+    raise OSError(f"{len(data)} requested and {len(data) // 2} written")
+
+
+def _cache_files(cache: Path) -> list[str]:
+    return sorted(str(path.relative_to(cache)) for path in cache.rglob("*") if path.is_file())
+
+
+def test_a_full_cache_disk_is_named_with_what_was_needed_and_the_fix(
+    tmp_path: Path, tiny_st_dir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+):
+    inputs = toy_dataset(tmp_path / "toy")
+    before = full_snapshot(inputs, tmp_path / "results", tmp_path / "data")
+    monkeypatch.setattr(np.lib.format, "write_array", _short_write)
+    free = shutil.disk_usage(tmp_path)._replace(free=4096)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: free)
+
+    code = main(eval_args(tmp_path, inputs, tiny_st_dir, "--runtime", "torch"))
+    line = one_error_line(
+        capsys, code, ONE_ERROR_LINE, "shard-00000.npy", "needed", "4.1 kB free", "--cache-dir"
+    )
+    assert "requested and" not in line
+    assert_unchanged(before, inputs, tmp_path / "results", tmp_path / "data")
+    # Nothing half-written: no shard, no temporary file; only the entry's manifest (its resume state).
+    (entry,) = (tmp_path / "cache" / "embeddings").iterdir()
+    assert [name.split("/")[-1] for name in _cache_files(entry)] == ["manifest.json"]
+    assert not json.loads((entry / "manifest.json").read_text())["finished_shards"]
+
+
+@pytest.mark.parametrize(("code", "expected"), [(28, ONE_ERROR_LINE), (13, "permission denied")])
+def test_a_failed_ids_file_write_takes_its_vectors_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, expected: str
+):
+    from harness.core.errors import OutputError
+    from harness.core.fileio import output_error
+    from harness.encoding import embedding_cache
+
+    real = embedding_cache.atomic_write_json
+
+    def failing(path, payload, **kwargs):
+        if Path(path).name.startswith("shard-"):
+            try:
+                raise OSError(code, os.strerror(code), str(path))
+            except OSError as error:
+                raise output_error(path, error) from None
+        return real(path, payload, **kwargs)
+
+    monkeypatch.setattr(embedding_cache, "atomic_write_json", failing)
+    free = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: free)
+    with pytest.raises(OutputError, match=expected) as raised:
+        embedding_cache.write_shard(tmp_path, 0, ["d1", "d2"], np.ones((2, 4), dtype=np.float32), 0.1)
+    assert "shard-00000.json" in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # the vectors went with their missing ids file
+
+
+def _tmpfs_available() -> bool:
+    probe = (
+        subprocess.run(
+            ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=16k tmpfs /mnt"],
+            capture_output=True,
+            check=False,
+        )
+        if shutil.which("unshare")
+        else None
+    )
+    return probe is not None and probe.returncode == 0
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="cannot mount a tmpfs here (the injected test above runs)")
+def test_a_real_full_tmpfs_cache_says_no_space_left(tmp_path: Path, tiny_st_dir: Path):
+    """A 16 kB tmpfs as the cache: the real ENOSPC / short write, in its own mount namespace."""
+    inputs = toy_dataset(tmp_path / "toy", num_docs=300)
+    mount = tmp_path / "full"
+    mount.mkdir()
+    before = full_snapshot(inputs, tmp_path / "results")
+    harness = [
+        sys.executable,
+        "-m",
+        "harness",
+        *eval_args(tmp_path, inputs, tiny_st_dir, "--runtime", "torch"),
+    ]
+    harness[harness.index("--cache-dir") + 1] = str(mount)
+    script = (
+        f"mount -t tmpfs -o size=16k tmpfs {mount} && {' '.join(map(shlex.quote, harness))}; "
+        f"echo exit=$?; find {mount} -type f"
+    )
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "exit=2" in done.stdout and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and ONE_ERROR_LINE in errors[0] and "--cache-dir" in errors[0], done.stderr
+    assert "requested and" not in errors[0] and "needed" in errors[0]
+    left = [line for line in done.stdout.splitlines() if line.startswith(str(mount))]
+    assert [Path(line).name for line in left] == ["manifest.json"], left  # no shard, no temporary file
+    assert_unchanged(before, inputs, tmp_path / "results")
+
+
+# ---------------------------------------------------------------------- fusion: only finite numbers (issue 33)
+
+
+def _run_file(path: Path, scores: dict[str, float]) -> Path:
+    lines = [f"q1 Q0 {docid} {rank} {score!r} x\n" for rank, (docid, score) in enumerate(scores.items(), 1)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+RUN_A = {"d1": 1.5, "d2": 0.5}
+RUN_B = {"d1": 1.0, "d3": 0.5}
+INTERPOLATE = ["--method", "interpolation", "--weights"]
+# name: (run a, run b, options, what the one error line names)
+FUSE_CASES = {
+    "inf weight": (RUN_A, RUN_B, [*INTERPOLATE, "inf", "1"], ["--weights", "finite"]),
+    "nan weight": (RUN_A, RUN_B, [*INTERPOLATE, "nan", "1"], ["--weights", "finite"]),
+    "inf score": (RUN_A, {**RUN_B, "d1": float("inf")}, ["--method", "combsum"], ["b.trec", "finite score"]),
+    "-inf score": (RUN_A, {**RUN_B, "d3": float("-inf")}, ["--method", "rrf"], ["b.trec", "finite score"]),
+    "overflowing sum": (
+        {"d1": 1e308, "d2": 0.5},
+        {"d1": 1.5e308, "d3": 0.5},
+        [*INTERPOLATE, "1", "1"],
+        ["a.trec", "b.trec", "overflowed", "--norm"],
+    ),
+    "overflowing min-max": (
+        {"d1": 1.5e308, "d2": -1.5e308},
+        RUN_B,
+        ["--method", "combsum"],
+        ["a.trec", "b.trec", "overflowed"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", FUSE_CASES)
+def test_fusion_never_writes_a_non_finite_score(tmp_path: Path, capsys, case: str):
+    first, second, options, needles = FUSE_CASES[case]
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    a, b = _run_file(inputs / "a.trec", first), _run_file(inputs / "b.trec", second)
+    output = tmp_path / "out" / "fused.trec"
+    before = full_snapshot(inputs, output.parent)
+    code = main(["fuse", str(a), str(b), *options, "--output", str(output)])
+    one_error_line(capsys, code, *needles)
+    assert_unchanged(before, inputs, output.parent)  # no fused file, nothing changed
+
+
+def test_fusion_settings_and_fuse_refuse_non_finite_numbers_through_the_api():
+    from harness.core.errors import HarnessError
+    from harness.retrieval.fusion import FusionSettings, fuse
+
+    for weight in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(
+            HarnessError, match=r"interpolation weight .* is not a finite number; give --weights"
+        ):
+            FusionSettings("interpolation", weights=(weight, 1.0))
+    good = {"q1": {"d1": 2.0, "d2": 1.0}}
+    for bad_score in (float("inf"), float("nan")):
+        with pytest.raises(HarnessError, match=r"cannot fuse dense: query 'q1', document 'd2' has score"):
+            fuse([good, {"q1": {"d1": 1.0, "d2": bad_score}}], FusionSettings("rrf"), ["bm25", "dense"])
+    with pytest.raises(HarnessError, match="fusing bm25, dense overflowed for query 'q1', document 'd1'"):
+        fuse(
+            [{"q1": {"d1": 1e308}}, {"q1": {"d1": 1e308}}],
+            FusionSettings("combsum", normalization="none"),
+            ["bm25", "dense"],
+        )

@@ -22,19 +22,26 @@ QRELS = {
 RUN = {
     "q1": {"d1": 0.9, "x1": 0.8, "d2": 0.7, "x2": 0.6},
     "q2": {"d8": 3.0, "d9": 2.0},
-    "q3": {"a": 1.0, "b": 1.0},  # a tie: trec_eval puts b (the larger id) first
+    "q3": {"a": 1.0, "b": 1.0},  # a tie: ir_measures puts a (the smaller id) first, trec_eval b
 }
 
 
-def test_judged_at_k_counts_every_grade_and_follows_the_tie_rule():
+def test_judged_at_k_is_ir_measures_judged_counting_every_grade():
     evaluation = evaluate(QRELS, RUN, ["p@1", "p@2", "ndcg@3"])
     per_query = evaluation.judged["per_query"]
-    # q1: d1 judged, x1 not, d2 judged (grade 0 counts), x2 not; k beyond the ranking still divides by k.
-    assert per_query["q1"] == {"judged@1": 1.0, "judged@2": 0.5, "judged@3": 2 / 3, "judged@10": 0.2}
-    assert per_query["q2"] == {"judged@1": 0.0, "judged@2": 0.5, "judged@3": 1 / 3, "judged@10": 0.1}
-    assert per_query["q3"] == {"judged@1": 0.0, "judged@2": 0.5, "judged@3": 1 / 3, "judged@10": 0.1}
-    assert evaluation.judged["mean"]["judged@10"] == pytest.approx((0.2 + 0.1 + 0.1) / 3)
+    # q1: d1 judged, x1 not, d2 judged (grade 0 counts), x2 not; k beyond the 4 documents divides by 4.
+    assert per_query["q1"] == {"judged@1": 1.0, "judged@2": 0.5, "judged@3": 2 / 3, "judged@10": 0.5}
+    assert per_query["q2"] == {"judged@1": 0.0, "judged@2": 0.5, "judged@3": 0.5, "judged@10": 0.5}
+    # q3: the tie goes docid ascending (a, judged with grade 0, first), as ir_measures sorts it.
+    assert per_query["q3"] == {"judged@1": 1.0, "judged@2": 0.5, "judged@3": 0.5, "judged@10": 0.5}
+    assert evaluation.judged["mean"]["judged@10"] == pytest.approx(0.5)
+    assert evaluation.judged["definition"].startswith("ir_measures' Judged@k")
     assert "q4" not in per_query  # averaged over the same queries as the metrics
+    # Scores as read, not rounded: under float32 the metrics tie 0.3 and 0.30000000000000004, judged does not.
+    near = {"q2": {"d9": 0.30000000000000004, "d8": 0.3}}
+    assert (
+        evaluate(QRELS, near, ["p@1"], score_precision="float32").judged["per_query"]["q2"]["judged@1"] == 1.0
+    )
     complete = evaluate(QRELS, RUN, ["p@1"], complete=True)
     assert complete.judged["per_query"]["q4"] == {"judged@1": 0.0, "judged@10": 0.0}  # empty ranking
 
@@ -54,10 +61,10 @@ def test_evaluate_command_writes_judged_beside_the_metrics_and_warns(tmp_path: P
     captured = capsys.readouterr()
     assert code == 0
     payload = json.loads(output.read_text())
-    assert payload["judged"]["mean"]["judged@10"] == pytest.approx(0.4 / 3)
+    assert payload["judged"]["mean"]["judged@10"] == pytest.approx(0.5)
     assert list(payload["metrics"]) == ["ndcg@10"]  # the requested metrics stay as they were
-    assert "judged@10 0.1333" in captured.out
-    assert "warning: only 13% of the top-10 documents are judged" in captured.err
+    assert "judged@10 0.5000" in captured.out
+    assert "warning: only 50% of the top-10 documents are judged" in captured.err
 
 
 # ------------------------------------------------------------------------------------------- ties

@@ -6,6 +6,9 @@ Read from the source with ``ast`` (nothing is imported), so a new module is chec
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO_ROOT
@@ -154,3 +157,19 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     top, nested = _imports(path)
     assert top == {"harness.core", "harness.core.errors"} and nested == [5]
     assert _layer("harness.cli.common") > _layer("harness.pipeline") > _layer("harness.core.fileio")
+
+
+def test_a_module_that_imports_a_stage_from_the_package_loads_first():
+    """``from harness import pipeline`` in a module imported before anything else must not load the API
+    (the package's lazy re-exports) and with it the importing module, half-initialised."""
+    importers = sorted(
+        path.relative_to(REPO_ROOT).with_suffix("").as_posix().replace("/", ".")
+        for path in (REPO_ROOT / "harness").rglob("*.py")
+        if re.search(r"^from harness import (?!__version__)", path.read_text(encoding="utf-8"), re.M)
+    )
+    assert importers, "the check needs a module that does it"
+    for module in importers:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, cwd=REPO_ROOT
+        )
+        assert done.returncode == 0, f"{module}: {done.stderr.strip().splitlines()[-1]}"

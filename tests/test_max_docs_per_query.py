@@ -15,9 +15,26 @@ from harness.cli import main
 def test_cut_at_100_equals_trec_eval_minus_m(tmp_path: Path) -> None:
     """out.test.aqcM is `trec_eval -a -q -c -M100` on results.trunc: every printed value matches."""
     output = tmp_path / "m100.json"
-    code = main(["evaluate", str(QRELS), str(TRUNC), "--complete", "--max-docs-per-query", "100",
-                 "--metrics", "map", "ndcg", "p@5", "p@10", "ndcg@10", "recall@100", "--per-query",
-                 "--output", str(output)])
+    code = main(
+        [
+            "evaluate",
+            str(QRELS),
+            str(TRUNC),
+            "--complete",
+            "--max-docs-per-query",
+            "100",
+            "--metrics",
+            "map",
+            "ndcg",
+            "p@5",
+            "p@10",
+            "ndcg@10",
+            "recall@100",
+            "--per-query",
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0
     result = json.loads(output.read_text())
     expected = expected_values(DATA / "out.test.aqcM")
@@ -34,7 +51,9 @@ def test_cut_at_100_equals_trec_eval_minus_m(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("precision", "kept_relevant"), [("float64", 1), ("float32", 0)])
-def test_the_cut_ranks_as_trec_eval_with_that_precision(tmp_path: Path, precision: str, kept_relevant: int) -> None:
+def test_the_cut_ranks_as_trec_eval_with_that_precision(
+    tmp_path: Path, precision: str, kept_relevant: int
+) -> None:
     """a scores above b in float64 but ties with it in float32, where the larger docid (b) ranks first:
     cut at 2, float64 keeps c and a (relevant), float32 (trec_eval 9 -M 2) keeps c and b."""
     qrels = tmp_path / "qrels"
@@ -48,4 +67,7 @@ def test_the_cut_ranks_as_trec_eval_with_that_precision(tmp_path: Path, precisio
 def test_an_out_of_range_depth_is_one_error_line(capsys: pytest.CaptureFixture) -> None:
     code = main(["evaluate", str(QRELS), str(TRUNC), "--max-docs-per-query", "0"])
     assert code == 2
-    assert "--max-docs-per-query: must be a whole number from 1 to 2,147,483,647, got 0" in capsys.readouterr().err
+    assert (
+        "--max-docs-per-query: must be a whole number from 1 to 2,147,483,647, got 0"
+        in capsys.readouterr().err
+    )

@@ -250,7 +250,10 @@ def test_remote_code_is_not_trusted_unless_asked(config_root: Path, tiny_bert_di
             "similarity: dot\nmax_length: 32\n",
             "pooling 'max'",
         ),
-        ("name: x\nmodel_id: x/y\nkind: onnx-magic\n", "kind 'onnx-magic' is not one of sentence-transformers, transformers, bm25"),
+        (
+            "name: x\nmodel_id: x/y\nkind: onnx-magic\n",
+            "kind 'onnx-magic' is not one of sentence-transformers, transformers, bm25",
+        ),
         (
             "name: x\nmodel_id: x/y\nkind: transformers\npooling: mean\n",
             "lacks normalize, similarity, max_length",
@@ -283,9 +286,7 @@ def test_alias_used_twice_is_rejected(config_root: Path):
 
 
 def test_bm25_record_resolves_without_weights(config_root: Path):
-    _write_record(
-        config_root / "models", "bm25.yaml", "name: bm25\nkind: bm25\nparams: {k1: 0.9, b: 0.4}\n"
-    )
+    _write_record(config_root / "models", "bm25.yaml", "name: bm25\nkind: bm25\nparams: {k1: 0.9, b: 0.4}\n")
     model = resolve_record(model_registry()["bm25"])
     assert model.source == ""
     assert model.identity["params"] == {"k1": 0.9, "b": 0.4}
@@ -337,7 +338,9 @@ def test_is_lexical_is_true_for_bm25_only():
 
 def test_user_record_overrides_the_shipped_one_of_the_same_file_name(config_root: Path):
     _write_record(
-        config_root / "models", "bm25.yaml", "name: bm25\naliases: [bm25-mteb]\nkind: bm25\nparams: {k1: 0.5}\n"
+        config_root / "models",
+        "bm25.yaml",
+        "name: bm25\naliases: [bm25-mteb]\nkind: bm25\nparams: {k1: 0.5}\n",
     )
     registry = model_registry()
     assert registry["bm25"].params == {"k1": 0.5}

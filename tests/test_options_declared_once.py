@@ -41,7 +41,11 @@ def _defaults() -> set[tuple[str, object]]:
 def _literal(node: ast.AST | None) -> object:
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+    ):
         return -node.operand.value
     return _NOT_LITERAL
 
@@ -65,15 +69,20 @@ def _bindings(tree: ast.AST) -> list[tuple[str, object]]:
             found.append((node.arg, _literal(node.value)))
         elif isinstance(node, ast.arguments):
             positional = [*node.posonlyargs, *node.args]
-            for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults, strict=True):
+            for arg, default in zip(
+                positional[len(positional) - len(node.defaults) :], node.defaults, strict=True
+            ):
                 found.append((arg.arg, _literal(default)))
             for arg, default in zip(node.kwonlyargs, node.kw_defaults, strict=True):
                 found.append((arg.arg, _literal(default)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             found += _call_bindings(node)
         elif isinstance(node, ast.Dict):
-            found += [(key.value, _literal(value)) for key, value in zip(node.keys, node.values, strict=True)
-                      if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+            found += [
+                (key.value, _literal(value))
+                for key, value in zip(node.keys, node.values, strict=True)
+                if isinstance(key, ast.Constant) and isinstance(key.value, str)
+            ]
     return found
 
 
@@ -136,9 +145,36 @@ def test_the_parser_has_exactly_the_records_options_and_defaults(name: str) -> N
     command = _commands()[name]
     parser = _subparser(name)
     dests = {action.dest for action in parser._actions} - {"help"}
-    shown = {field for field, info in command.options.model_fields.items()
-             if not (info.json_schema_extra or {}).get("cli").hidden}
+    shown = {
+        field
+        for field, info in command.options.model_fields.items()
+        if not (info.json_schema_extra or {}).get("cli").hidden
+    }
     assert dests == shown
     for action in parser._actions:
         if action.dest in shown and not action.required and action.option_strings:
             assert action.default == field_defaults(command.options)[action.dest], (name, action.dest)
+
+
+def _written_paths() -> list[tuple[str, str]]:
+    """(command, option) of every option naming a file or folder the command writes."""
+    return [
+        (command_name, name)
+        for command_name, command in sorted(_commands().items())
+        for name in command.options.model_fields
+        if name == "output" or name.endswith("save_path")
+    ]
+
+
+def test_every_option_a_command_writes_to_is_guarded() -> None:
+    """An output is declared ``role="output"`` so the record refuses one naming an input or a result."""
+    from harness.core.options import cli_spec
+
+    written = _written_paths()
+    assert ("evaluate", "output") in written and ("evaluate", "ultrarag_save_path") in written
+    unguarded = [
+        f"{command}.{name}"
+        for command, name in written
+        if cli_spec(_commands()[command].options.model_fields[name]).role != "output"
+    ]
+    assert unguarded == []

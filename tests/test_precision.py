@@ -134,7 +134,10 @@ def test_record_defaults_apply_and_arguments_override_them(tiny_bert_dir: Path, 
     assert record.vector_settings()["runtime"] == "onnx"  # a record's default is part of its settings
     model = resolve_record(_tiny_record(tiny_bert_dir, runtime="onnx"))
     assert build_encoder(model, device="cpu", cache_dir=tmp_path).settings()["runtime"] == "onnx"
-    assert build_encoder(model, device="cpu", runtime="torch", cache_dir=tmp_path).settings()["runtime"] == "torch"
+    assert (
+        build_encoder(model, device="cpu", runtime="torch", cache_dir=tmp_path).settings()["runtime"]
+        == "torch"
+    )
     # Records without the fields keep the settings (and cache keys) they had before the fields existed.
     assert "runtime" not in ModelRecord(name="plain").vector_settings()
 
@@ -326,13 +329,18 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
     cache = EmbeddingCache(tmp_path / "cache")
     variants = ("dynamic", "dynamic-7bit", "nbits8", "per-tensor")
     encoders = {variant: _int8(model, tmp_path / "cache", variant) for variant in variants}
-    entries = {name: cache.corpus(dataset, encoder, shard_size=8, progress=False) for name, encoder in encoders.items()}
+    entries = {
+        name: cache.corpus(dataset, encoder, shard_size=8, progress=False)
+        for name, encoder in encoders.items()
+    }
     assert len({entry.key for entry in entries.values()}) == len(variants)
     for name, encoder in encoders.items():
         settings = encoder.settings()
         assert settings["quantization"]["variant"] == name
         check = encoder.precision_check()
-        assert settings["check"] == ("pass" if check["relative_error"] <= runtime_checks.APPROXIMATE_TOLERANCE else "fail")
+        assert settings["check"] == (
+            "pass" if check["relative_error"] <= runtime_checks.APPROXIMATE_TOLERANCE else "fail"
+        )
         described = encoder.describe()
         assert described["quantization"] == settings["quantization"]
         assert described["precision_check"]["passed"] is (settings["check"] == "pass")
@@ -340,7 +348,10 @@ def test_quantization_and_verdict_key_the_cache_and_reach_provenance(skewed_bert
         assert described["label"] == f"onnx int8 {name}"
     manifest = json.loads((entries["dynamic-7bit"].directory / "manifest.json").read_text())
     assert manifest["key_inputs"]["settings"]["quantization"]["reduce_range"] is True
-    assert encoders["per-tensor"].settings()["check"] == "fail" and encoders["nbits8"].settings()["check"] == "fail"
+    assert (
+        encoders["per-tensor"].settings()["check"] == "fail"
+        and encoders["nbits8"].settings()["check"] == "fail"
+    )
     # Another bound changes the verdict: the check runs again and the vectors get a new key.
     before = entries["nbits8"].key
     with pytest.MonkeyPatch.context() as patch:
@@ -360,7 +371,10 @@ def test_choose_fast_takes_the_fastest_passing_setting():
     }
     assert runtime_checks.choose_fast(exact, checks)["chosen"] == "onnx int8 dynamic"
     # An approximate setting must beat exact by the margin: on a near-tie exact vectors win.
-    assert runtime_checks.choose_fast(exact, {"torch bf16": {"speedup": 2.1, "passed": True}})["chosen"] == "exact"
+    assert (
+        runtime_checks.choose_fast(exact, {"torch bf16": {"speedup": 2.1, "passed": True}})["chosen"]
+        == "exact"
+    )
     assert runtime_checks.choose_fast(exact, {})["chosen"] == "exact"
 
 
@@ -394,7 +408,16 @@ def fast_variant() -> str:
 
 def test_cli_int8_variant_is_recorded_and_needs_int8(tiny_st_dir: Path, tmp_path: Path, capsys):
     dataset = _beir_folder(tmp_path)
-    common = ["eval", "--dataset", str(dataset), "--model", str(tiny_st_dir), "--device", "cpu", "--no-progress"]
+    common = [
+        "eval",
+        "--dataset",
+        str(dataset),
+        "--model",
+        str(tiny_st_dir),
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     folders = ["--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache")]
     assert main([*common, *folders, "--int8", "dynamic"]) == 2
     assert "error: --int8 dynamic needs --precision int8" in capsys.readouterr().err

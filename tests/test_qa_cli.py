@@ -327,7 +327,9 @@ def test_qa_compare_counts_gold_mismatch(tmp_path: Path, capsys: pytest.CaptureF
     assert "gold answers differ for 1 shared id(s), e.g. '3'" in err
     report = json.loads(output.read_text())
     assert report["gold_differs"] == {"count": 1, "examples": ["3"]}
-    assert report["results"]["em"]["mean_system"] == pytest.approx(2 / 5)  # id 3 is right against B's own gold
+    assert report["results"]["em"]["mean_system"] == pytest.approx(
+        2 / 5
+    )  # id 3 is right against B's own gold
 
 
 def test_qa_compare_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,13 @@ from harness.qa.answers.predictions import QARecord
 from harness.qa.answers.profiles import get_profile, normalize_answer
 
 SQUAD = get_profile("squad")
-exact_match, accuracy, cover_em, string_em, token_f1 = SQUAD.em, SQUAD.acc, SQUAD.cover_em, SQUAD.string_em, SQUAD.f1
+exact_match, accuracy, cover_em, string_em, token_f1 = (
+    SQUAD.em,
+    SQUAD.acc,
+    SQUAD.cover_em,
+    SQUAD.string_em,
+    SQUAD.f1,
+)
 
 MOON_GOLDS = ["14 December 1972 UTC", "December 1972"]
 MOON_PREDICTION = "December 14, 1973"

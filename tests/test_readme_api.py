@@ -31,7 +31,10 @@ def _marks(code: str) -> list[pytest.MarkDecorator]:
     return [pytest.mark.slow] if "harness.eval(" in code else []
 
 
-EXAMPLES = [pytest.param(code, printed, marks=_marks(code), id=f"example{n}") for n, (code, printed) in enumerate(_examples(), 1)]
+EXAMPLES = [
+    pytest.param(code, printed, marks=_marks(code), id=f"example{n}")
+    for n, (code, printed) in enumerate(_examples(), 1)
+]
 
 
 def test_the_section_has_the_four_examples_the_issue_asks_for() -> None:
@@ -41,7 +44,9 @@ def test_the_section_has_the_four_examples_the_issue_asks_for() -> None:
 
 
 @pytest.mark.parametrize(("code", "printed"), EXAMPLES)
-def test_an_example_prints_what_the_readme_says(code: str, printed: str, tmp_path: Path, beir_mirror: Path) -> None:
+def test_an_example_prints_what_the_readme_says(
+    code: str, printed: str, tmp_path: Path, beir_mirror: Path
+) -> None:
     env = {
         **os.environ,
         "HARNESS_BEIR_MIRROR": str(beir_mirror),
@@ -66,7 +71,10 @@ def test_every_public_function_and_record_says_what_it_does() -> None:
     for command in harness.api.COMMANDS:
         for entry in getattr(command, "commands", (command,)):
             assert "Options:" in entry.function.__doc__, entry.name
-            undocumented = [field for field, info in entry.options.model_fields.items() if not info.description]
+            undocumented = [
+                field for field, info in entry.options.model_fields.items() if not info.description
+            ]
             assert undocumented == [] or all(
-                entry.options.model_fields[field].json_schema_extra["cli"].positional for field in undocumented
+                entry.options.model_fields[field].json_schema_extra["cli"].positional
+                for field in undocumented
             ), (entry.name, undocumented)

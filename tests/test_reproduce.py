@@ -338,6 +338,8 @@ def test_unknown_key_in_a_suite_or_references_file_names_file_and_key(tmp_path, 
     assert main(["reproduce", str(suite), "--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: {suite}: unknown key 'tolerence' (check its spelling)\n"
     references = tmp_path / "references.yaml"
-    references.write_text("entries:\n  - {model: m, dataset: d, source: s, metrics: {x: 1}, prefered: true}\n")
+    references.write_text(
+        "entries:\n  - {model: m, dataset: d, source: s, metrics: {x: 1}, prefered: true}\n"
+    )
     with pytest.raises(HarnessError, match=r"references.yaml: unknown key 'entries.0.prefered'"):
         load_references(references)

@@ -136,7 +136,11 @@ def test_csv_has_one_tidy_line_per_cell_with_marks(results_dir, truth, capsys):
     assert float(finetuned["difference"]) == pytest.approx(1.0 - truth["base_scifact"])
     assert int(finetuned["paired_queries"]) == truth["scifact_queries"]
     mixed = cell[("ndcg@10", "scifact", "mixed-model")]
-    assert mixed["significant"] == "false" and mixed["best"] == "false" and float(mixed["p_value_adjusted"]) > 0.05
+    assert (
+        mixed["significant"] == "false"
+        and mixed["best"] == "false"
+        and float(mixed["p_value_adjusted"]) > 0.05
+    )
     broken = cell[("ndcg@10", "scifact", "broken-model")]
     assert broken["direction"] == "worse"
     base = cell[("ndcg@10", "scifact", "base-model")]

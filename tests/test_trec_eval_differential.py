@@ -36,7 +36,9 @@ NEAR = [0.3, 0.30000000000000004, 1.0 + 2**-40, 1.0, 1e-46, 1e-45, 1e308, 1.7e30
 
 def _score_text(rng: random.Random, value: float) -> str:
     if math.isinf(value):
-        return rng.choice(["inf", "INF", "Infinity", "1e400"]) if value > 0 else rng.choice(["-inf", "-1e999"])
+        return (
+            rng.choice(["inf", "INF", "Infinity", "1e400"]) if value > 0 else rng.choice(["-inf", "-1e999"])
+        )
     choice = rng.random()
     if choice < 0.2:
         return value.hex()  # C hex float, e.g. 0x1.0000000000000p-1
@@ -46,7 +48,12 @@ def _score_text(rng: random.Random, value: float) -> str:
 
 
 def _grade_text(rng: random.Random, grade: int) -> str:
-    forms = [str(grade), f"{grade}.0", f"{grade}.5" if grade >= 0 else f"{grade}.5", f"+{grade}" if grade >= 0 else str(grade)]
+    forms = [
+        str(grade),
+        f"{grade}.0",
+        f"{grade}.5" if grade >= 0 else f"{grade}.5",
+        f"+{grade}" if grade >= 0 else str(grade),
+    ]
     if grade >= 0:
         forms.append(f"{grade}e1")  # atol reads the digits before 'e'
     return rng.choice(forms)
@@ -73,11 +80,15 @@ def generate_case(seed: int) -> dict:
                 extra = " more junk" if rng.random() < 0.1 else ""
                 rank = rng.randint(-3, 1000)  # rank columns are ignored, even wrong ones
                 sep = rng.choice([" ", "\t", "  "])
-                run_lines.append(sep.join([qid, "Q0", docid, str(rank), _score_text(rng, value), "tag"]) + extra)
+                run_lines.append(
+                    sep.join([qid, "Q0", docid, str(rank), _score_text(rng, value), "tag"]) + extra
+                )
     for lines in (qrels_lines, run_lines):
         rng.shuffle(lines)
         for _ in range(rng.randint(0, 2)):
-            lines.insert(rng.randint(0, len(lines)), rng.choice(["# a comment", "   # indented comment 1 2 3 4 5", ""]))
+            lines.insert(
+                rng.randint(0, len(lines)), rng.choice(["# a comment", "   # indented comment 1 2 3 4 5", ""])
+            )
     names = [f"{family}@{rng.choice([1, 2, 3, 5, 10, 30])}" for family in rng.sample(FAMILIES_WITH_K, 4)]
     names += rng.sample(WHOLE_RANKING, rng.randint(0, 3))
     return {
@@ -116,7 +127,12 @@ def _check_case(case: dict, folder: Path) -> int:
     assert columns.to_run() == expected_run
     precision = "float32" if case["float32"] else "float64"
     ours = evaluate(
-        qrels, columns, case["names"], relevance_level=case["level"], complete=case["complete"], score_precision=precision
+        qrels,
+        columns,
+        case["names"],
+        relevance_level=case["level"],
+        complete=case["complete"],
+        score_precision=precision,
     )
     assert set(ours.per_query) == set(per_query)
     compared = 0
@@ -129,7 +145,12 @@ def _check_case(case: dict, folder: Path) -> int:
     # One value per metric whatever else is asked: each metric alone gives the same numbers.
     for name in case["names"]:
         alone = evaluate(
-            qrels, columns, [name], relevance_level=case["level"], complete=case["complete"], score_precision=precision
+            qrels,
+            columns,
+            [name],
+            relevance_level=case["level"],
+            complete=case["complete"],
+            score_precision=precision,
         )
         assert _close(alone.aggregate[name], ours.aggregate[name]), name
     return compared

@@ -27,7 +27,14 @@ TRUNC = DATA / "results.trunc"
 
 def harness_name(trec_name: str) -> str | None:
     """The harness metric for a trec_eval measure name, or None if the harness does not expose it."""
-    whole = {"map": "map", "gm_map": "gmap", "Rprec": "rprec", "bpref": "bpref", "recip_rank": "mrr", "ndcg": "ndcg"}
+    whole = {
+        "map": "map",
+        "gm_map": "gmap",
+        "Rprec": "rprec",
+        "bpref": "bpref",
+        "recip_rank": "mrr",
+        "ndcg": "ndcg",
+    }
     if trec_name in whole:
         return whole[trec_name]
     family, _, k = trec_name.rpartition("_")
@@ -114,9 +121,13 @@ def test_cli_reads_results_trunc_and_reports_the_extra_columns_once(
 ) -> None:
     out = tmp_path / "trunc.json"
     with caplog.at_level("WARNING"):
-        code = main(["evaluate", str(QRELS), str(TRUNC), "--metrics", "map", "bpref", "--complete", "-o", str(out)])
+        code = main(
+            ["evaluate", str(QRELS), str(TRUNC), "--metrics", "map", "bpref", "--complete", "-o", str(out)]
+        )
     assert code == 0
-    notes = [record.getMessage() for record in caplog.records if "columns after the run tag" in record.getMessage()]
+    notes = [
+        record.getMessage() for record in caplog.records if "columns after the run tag" in record.getMessage()
+    ]
     assert len(notes) == 1 and "84 lines" in notes[0]
     payload = json.loads(out.read_text())
     assert f"{payload['metrics']['map']:.4f}" == "0.1016" and f"{payload['metrics']['bpref']:.4f}" == "0.1510"
@@ -191,7 +202,9 @@ LEVEL_EXPECTED = {
 
 
 @pytest.mark.parametrize("level", sorted(LEVEL_EXPECTED))
-def test_relevance_levels_zero_and_negative_mean_what_they_mean_in_trec_eval(tmp_path: Path, level: int) -> None:
+def test_relevance_levels_zero_and_negative_mean_what_they_mean_in_trec_eval(
+    tmp_path: Path, level: int
+) -> None:
     (tmp_path / "qrels").write_text(LEVEL_QRELS)
     (tmp_path / "run").write_text(LEVEL_RUN)
     expected = LEVEL_EXPECTED[level]
@@ -236,7 +249,9 @@ def test_score_precision_reaches_eval_options_and_the_recorded_settings() -> Non
 
     options_from_args = partial(record_from_namespace, EvalOptions)
     parser = build_parser()
-    args = parser.parse_args(["eval", "--dataset", "scifact", "--model", "minilm", "--score-precision", "float32"])
+    args = parser.parse_args(
+        ["eval", "--dataset", "scifact", "--model", "minilm", "--score-precision", "float32"]
+    )
     settings = options_from_args(args).evaluation_settings()
     assert settings.score_precision == "float32"
     assert settings.describe()["score_precision"] == "float32"  # part of the result-reuse config

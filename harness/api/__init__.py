@@ -52,6 +52,7 @@ from harness.api.eval_commands import (
     reproduce,
 )
 from harness.api.experiment_commands import RUN, RunOptions, RunResult, run
+from harness.api.export_commands import ExportOptions, ExportResult, export
 from harness.api.qa_commands import (
     QACompareOptions,
     QACompareResult,
@@ -66,6 +67,7 @@ from harness.api.qa_commands import (
     rag_compare,
     rag_eval,
 )
+from harness.api.rescore_commands import RescoreOptions, RescoreResult, rescore
 from harness.api.run_file_commands import (
     CompareOptions,
     CompareResult,
@@ -112,6 +114,8 @@ __all__ = [
     "EvalResult",
     "EvaluateOptions",
     "EvaluateResult",
+    "ExportOptions",
+    "ExportResult",
     "FuseOptions",
     "FuseResult",
     "QACompareOptions",
@@ -126,6 +130,8 @@ __all__ = [
     "ReportResult",
     "ReproduceOptions",
     "ReproduceResult",
+    "RescoreOptions",
+    "RescoreResult",
     "RunOptions",
     "RunResult",
     "StepOutcome",
@@ -142,6 +148,7 @@ __all__ = [
     "encode",
     "eval",
     "evaluate",
+    "export",
     "fuse",
     "qa_compare",
     "qa_eval",
@@ -149,6 +156,7 @@ __all__ = [
     "rag_eval",
     "report",
     "reproduce",
+    "rescore",
     "run",
     "table",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.core.fileio import atomic_write_json
 from harness.core.options import OptionsRecord, options_doc
+from harness.core.output_guard import check_output
 
 
 @dataclass
@@ -46,7 +47,9 @@ class CommandResult:
         """Write :meth:`payload` to ``path`` atomically and list it among the files written.
 
         ``parents``: create a missing folder (steps' folders) rather than refuse it (a checked ``--output``).
+        The output guard runs again here, a backstop for a path no record checked: never a harness result.
         """
+        check_output(path)
         atomic_write_json(path, self.payload(), parents=parents)
         self.paths.append(path)
 

@@ -13,7 +13,9 @@ from harness.api import (
     data_commands,
     diff_commands,
     eval_commands,
+    export_commands,
     qa_commands,
+    rescore_commands,
     run_file_commands,
     view_commands,
 )
@@ -23,11 +25,13 @@ COMMAND_LINE: tuple[Command | CommandGroup, ...] = (
     *data_commands.COMMANDS,
     *eval_commands.COMMANDS,
     *run_file_commands.COMMANDS,
+    *rescore_commands.COMMANDS,
     *qa_commands.COMMANDS,
     *cache_commands.COMMANDS,
     *view_commands.COMMANDS,
     eval_commands.REPRODUCE,
     *diff_commands.COMMANDS,
+    *export_commands.COMMANDS,
 )
 
 

@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.api.command_result import Command, CommandResult
+from harness.api.shared_options import json_output_option
+from harness.core.errors import HarnessError
 from harness.core.options import INT32_MAX, OptionsRecord, option
 from harness.core.text_table import text_table
 from harness.evaluation.metrics import pretty_metric
 from harness.reproduction.reference_diff import DIFF_METRIC, DiffReport, build_diff
+from harness.reproduction.references import references_option
 from harness.results.settings_diff import (
     TIE_TOLERANCE,
     TOP_DOCS,
@@ -20,6 +23,7 @@ from harness.results.settings_diff import (
     PerQueryDiff,
     ProtocolDiff,
     RankedDoc,
+    run_file_diff,
 )
 
 
@@ -27,9 +31,15 @@ class DiffOptions(OptionsRecord):
     """``harness diff A B``: result folder A against result folder B or a published cell (``ref[:SOURCE]``)."""
 
     a: Path = option(
-        positional=True, parse=Path, help="result folder (holding metrics.json and provenance.json)"
+        positional=True,
+        parse=Path,
+        role="input",
+        help="result folder (holding metrics.json and provenance.json), or a run file",
     )
-    b: str = option(positional=True, help="result folder, or ref / ref:SOURCE for the published cell")
+    b: str = option(
+        positional=True,
+        help="result folder, or ref / ref:SOURCE for the published cell; a run file when A is one",
+    )
     metric: str = option(DIFF_METRIC, help="metric of the per-query picture (default: %(default)s)")
     top_queries: int = option(
         TOP_QUERIES, low=1, high=INT32_MAX, help="queries that moved most to show (default: %(default)s)"
@@ -37,14 +47,10 @@ class DiffOptions(OptionsRecord):
     top_docs: int = option(
         TOP_DOCS, low=1, high=INT32_MAX, help="documents shown per side (default: %(default)s)"
     )
-    references: Path | None = option(
-        None,
-        parse=Path,
-        help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)",
+    references: Path | None = references_option(
+        "published numbers in place of the shipped references.yaml plus HARNESS_CONFIG_DIR's"
     )
-    output: Path | None = option(
-        None, flags=("--output", "-o"), parse=Path, metavar="FILE.json", help="also write the diff as JSON"
-    )
+    output: Path | None = json_output_option("also write the diff as JSON")
 
 
 @dataclass
@@ -95,20 +101,32 @@ def diff(
     given the report before that file is written.
     """
     options = DiffOptions.coerce(options, values)
-    report = build_diff(
-        options.a,
-        options.b,
-        metric=options.metric,
-        top_queries=options.top_queries,
-        top_docs=options.top_docs,
-        references_file=options.references,
-    )
+    if options.a.is_file():
+        report = run_files_report(options.a, Path(options.b))
+    else:
+        report = build_diff(
+            options.a,
+            options.b,
+            metric=options.metric,
+            top_queries=options.top_queries,
+            top_docs=options.top_docs,
+            references_file=options.references,
+        )
     result = DiffResult(report=report, output=options.output, echoed=echo is not None)
     if echo is not None:
         echo("\n".join(report_lines(report)))
     if options.output:
         result.write_payload(options.output, parents=True)
     return result
+
+
+def run_files_report(a: Path, b: Path) -> DiffReport:
+    """Two run files side by side: the fields of their ir_metadata headers that differ (no metrics: a run
+    carries no judgments)."""
+    if not b.is_file():
+        raise HarnessError(f"A ({a}) is a run file, so B must be one too; {b} is not a file")
+    protocol, notes = run_file_diff(a, b)
+    return DiffReport(f"{a} (run file)", f"{b} (run file)", protocol, [], None, notes)
 
 
 def _short(value: Any, width: int = 48) -> str:
@@ -175,11 +193,13 @@ COMMANDS = (
         diff,
         help="why two results differ: every differing setting that can move a number, then per query",
         description="Compare result folder A with result folder B, or with the published reference cell for "
-        "A's model and dataset (B = ref, or ref:SOURCE for one source of references.yaml). Lists every "
+        "A's model and dataset (B = ref, or ref:SOURCE for one source of references.yaml, or of the MTEB "
+        "results folder given as --references: ref:mteb-results). Lists every "
         "recorded setting that differs and can move a number (dataset checksum, split, identical-id rule, "
         "prefixes, pooling, normalisation, max length, title joining, top-k, -c, relevance level, score "
         "precision, library versions that change scores), the metrics side by side, then per query: "
-        "win / tie / loss and the queries that moved most with each side's top documents and judgments.",
+        "win / tie / loss and the queries that moved most with each side's top documents and judgments. "
+        "Two run files are compared by their ir_metadata headers, field by field.",
         echo=True,
     ),
 )

@@ -34,6 +34,7 @@ from harness.encoding.shards import CorpusEncoding, SliceOutcome
 from harness.evaluation.judged import HEADLINE_K, judged_warning
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.pipeline import EvalOptions, PairOutcome, check_inputs, load_inputs, run_pairs
+from harness.reproduction.references import references_option
 from harness.reproduction.suites import (
     MISS,
     OK,
@@ -85,16 +86,15 @@ class EvalCommandOptions(EvalOptions, _EvalPairs):
     rerank: str | None = option(
         None, metavar="MODEL", group=SYSTEMS, help="cross-encoder (folder or hub id) re-ranking each run"
     )
+    # Re-ranking's own settings refuse a depth or length below 1 (RerankSettings): from every source.
     rerank_depth: int = option(
         RerankSettings.depth,
-        parse=int,
         metavar="N",
         group=SYSTEMS,
         help="documents re-ranked per query; below it the first-stage order is kept (default: %(default)s)",
     )
     rerank_max_length: int | None = option(
         RerankSettings.max_length,
-        parse=int,
         metavar="N",
         group=SYSTEMS,
         help="pair truncation (default: 512)",
@@ -349,11 +349,11 @@ def encode(options: EncodeOptions | None = None, /, **values: Any) -> EncodeResu
 
 
 class _Suite(OptionsRecord):
-    suite: str = option(positional=True, help="suite name (e.g. offline-smoke) or a YAML file")
-    references: Path | None = option(
-        None,
-        parse=Path,
-        help="published numbers (default: the shipped references.yaml plus HARNESS_CONFIG_DIR's)",
+    suite: str = option(
+        positional=True, help="suite name (e.g. offline-smoke), a suite file, or a pyserini 2CR YAML file"
+    )
+    references: Path | None = references_option(
+        "published numbers in place of the shipped references.yaml plus HARNESS_CONFIG_DIR's"
     )
 
 
@@ -425,7 +425,8 @@ def _run_suite(options: ReproduceOptions) -> ReproduceResult:
         return results[-1]
 
     report = run_suite(suite, options, run_eval=recording_run_eval)
-    return ReproduceResult(report=report, results=results, exit_code=report.exit_code)
+    notes = [f"note: {note}" for note in suite.notes]
+    return ReproduceResult(report=report, results=results, exit_code=report.exit_code, messages=notes)
 
 
 def reproduce_step(options: ReproduceOptions, directory: Path) -> StepOutcome:
@@ -470,8 +471,9 @@ REPRODUCE = Command(
     ReproduceOptions,
     reproduce,
     help="run a suite of conditions and compare with published numbers (OK / MISS / SKIPPED)",
-    description="Load the suite SUITE (harness/records/suites/ or HARNESS_CONFIG_DIR/suites/, or a suite file), "
-    "run every model x dataset condition "
+    description="Load the suite SUITE (harness/records/suites/ or HARNESS_CONFIG_DIR/suites/, a suite file, "
+    "or a pyserini 2CR file such as pyserini/2cr/beir.yaml, each condition run by the harness model "
+    "mapped to it in records/pyserini_2cr.yaml), run every model x dataset condition "
     "that has no matching result yet (cached embeddings and results are reused), and print ours "
     "vs published with the difference and OK / MISS per cell; the same table is written to "
     "RESULTS_DIR/reproduce-SUITE.md. Exits 1 on any MISS (and on SKIPPED when the suite sets "

@@ -56,13 +56,20 @@ class RunResult(CommandResult):
 
 
 def run(
-    options: RunOptions | None = None, /, *, echo: Callable[[str], None] | None = None, **values: Any
+    options: RunOptions | None = None,
+    /,
+    *,
+    echo: Callable[[str], None] | None = None,
+    notify: Callable[[str], None] | None = None,
+    **values: Any,
 ) -> RunResult:
     """Run an experiment file's steps in order, reusing every step whose options and inputs are unchanged.
 
     Each step is a command of this api (``eval``, ``evaluate``, ``compare``, ``qa-eval``, ``rag-eval``,
     ``table``, ``report``, ``reproduce``) with that command's options. ``echo`` receives each step's
-    lines as it finishes (the CLI passes ``print``); without it they are kept in the result.
+    lines as it finishes (the CLI passes ``print``); without it they are kept in the result. ``notify``
+    receives the ``warning:``/``note:`` lines (a step output that changed since it was written is recomputed)
+    as they come; without it they are the result's ``messages``.
     Example: ``run(experiment="configs/experiments/answers.yaml")``.
     """
     options = RunOptions.coerce(options, values)
@@ -70,7 +77,9 @@ def run(
     if options.dry_run:
         return RunResult(plan=plan(experiment))
     result = RunResult()
-    steps = run_experiment(experiment, echo=echo or result.lines.append)
+    steps = run_experiment(
+        experiment, echo=echo or result.lines.append, notify=notify or result.messages.append
+    )
     result.steps = steps
     result.recorded = (experiment.output / RESOLVED_FILE, experiment.output / SUMMARY_FILE)
     result.paths = [*result.recorded, *(path for step in steps for path in step.outputs)]
@@ -90,4 +99,5 @@ RUN = Command(
     "experiment's output folder. An UltraRAG parameter file (its `evaluation` section) runs as the "
     "matching steps with UltraRAG's metric definitions and result file.",
     echo=True,
+    notify=True,
 )

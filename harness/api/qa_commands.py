@@ -12,12 +12,13 @@ run (the command line prints them on standard error that way, as these commands 
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from harness.api.command_result import Command, CommandResult, StepOutcome
 from harness.api.run_file_commands import write_ultrarag
@@ -30,7 +31,8 @@ from harness.api.shared_options import (
     seed_option,
     significance_of,
 )
-from harness.core.options import INT32_MAX, OptionsRecord, option, output_file
+from harness.core.credentials import redacted_url
+from harness.core.options import INT32_MAX, MAX_RETRIES, MAX_TIMEOUT, OptionsRecord, option, output_file
 from harness.core.paths import default_cache_dir
 from harness.core.text_table import text_table
 from harness.evaluation.comparison import QA_PAIRING_RULE, SignificanceSettings
@@ -61,9 +63,12 @@ from harness.qa.answers.profiles import DEFAULT_PROFILE, PROFILE_NAMES
 from harness.qa.rag.judge_client import (
     API_KEY_ENV,
     BASE_URL_ENV,
+    KEY_REFUSED,
+    MAX_RETRY_AFTER,
     MODEL_ENV,
     REPEAT_TEMPERATURE,
     SINGLE_TEMPERATURE,
+    key_variable_problem,
 )
 from harness.qa.rag.rag_stage import (
     Notice,
@@ -158,7 +163,7 @@ class QAEvalOptions(AnswerInputOptions):
         help="also give every question's scores (in the --output report, or as a table on stdout)",
     )
     output: Path | None = option(None, parse=output_file, help="write the full report to this JSON file")
-    ultrarag_save_path: Path | None = option(None, hidden=True, help=ULTRARAG_SAVE_PATH)
+    ultrarag_save_path: Path | None = option(None, hidden=True, role="output", help=ULTRARAG_SAVE_PATH)
 
 
 def _scorer_lines(scorer: QAScorer) -> list[str]:
@@ -378,6 +383,21 @@ _SETTINGS = tuple(f.name for f in fields(RAGRunSettings) if f.name != "keys")
 FIELDS = ("fields", "JSON keys of each line's fields")
 RELEVANCE = ("relevance", "which retrieved ids are relevant")
 JUDGE = ("judge", "an OpenAI-compatible chat endpoint, used only with --judge")
+MAX_JUDGE_RPS = 10_000.0
+MAX_TEMPERATURE = 2.0  # the OpenAI API's range
+
+
+def _key_variable(text: str) -> str:
+    """argparse type of ``--judge-api-key-env``: an environment variable's name (never echoed if not)."""
+    problem = key_variable_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _refuse_key(text: str) -> None:
+    """argparse type of ``--judge-api-key``: always refused, without echoing the key."""
+    raise argparse.ArgumentTypeError(KEY_REFUSED)
 
 
 def _key_option(name: str) -> Any:
@@ -407,7 +427,11 @@ class RAGInputOptions(OptionsRecord):
         "ranked retrieved doc ids and a question's id is its query id",
     )
     relevance_level: int = option(
-        _RAG.relevance_level, parse=int, group=RELEVANCE, help="minimum grade counted as relevant"
+        _RAG.relevance_level,
+        low=-INT32_MAX - 1,
+        high=INT32_MAX,
+        group=RELEVANCE,
+        help="minimum grade counted as relevant",
     )
     qrels_duplicates: str = qrels_duplicates_option(RELEVANCE)
     metrics: list[str] | None = option(None, action="append", help=RAG_METRICS_HELP)
@@ -419,44 +443,91 @@ class RAGInputOptions(OptionsRecord):
     judge: bool = option(
         _RAG.judge, action="store_true", group=JUDGE, help="score the judged metrics (each call is cached)"
     )
-    judge_base_url: str | None = option(
+    # Secret-bearing: a base URL may hold ``user:password@`` (left out of the repr; redacted in every
+    # JSON dump: experiment.yaml, step.json, --dry-run). The key itself is never an option's value.
+    judge_base_url: Annotated[str | None, Field(repr=False)] = option(
         None, group=JUDGE, help=f"e.g. http://127.0.0.1:8000/v1 (env {' / '.join(BASE_URL_ENV)})"
     )
     judge_model: str | None = option(
         None, group=JUDGE, help=f"model name the server knows (env {' / '.join(MODEL_ENV)})"
     )
-    # A secret: left out of the record's repr; the reports say only whether one is set.
-    judge_api_key: Annotated[str | None, Field(repr=False)] = option(
-        None, group=JUDGE, help=f"bearer key, if the server wants one (env {' / '.join(API_KEY_ENV)})"
+    judge_api_key_env: str | None = option(
+        None,
+        parse=_key_variable,
+        metavar="NAME",
+        group=JUDGE,
+        help=f"the environment variable holding the bearer key, if the server wants one (default: "
+        f"{' then '.join(API_KEY_ENV)}); the key is never written or shown",
+    )
+    judge_api_key: Annotated[None, Field(exclude=True)] = option(
+        None,
+        parse=_refuse_key,
+        metavar="KEY",
+        group=JUDGE,
+        help="refused: a key on the command line shows in `ps`; use --judge-api-key-env",
     )
     judge_repeats: int = option(
         _RAG.judge_repeats, low=1, high=INT32_MAX, group=JUDGE, help="ask N times; report mean and spread"
     )
     judge_timeout: float = option(
         _RAG.judge_timeout,
-        parse=float,
+        above=0,
+        high=MAX_TIMEOUT,
         group=JUDGE,
-        help=f"seconds per request (default: {_RAG.judge_timeout:g})",
+        help=f"seconds for a whole request, the reply's last byte included (default: {_RAG.judge_timeout:g})",
     )
     judge_retries: int = option(
         _RAG.judge_retries,
-        parse=int,
+        low=0,
+        high=MAX_RETRIES,
         group=JUDGE,
-        help=f"retries on timeout, 429, 5xx (default: {_RAG.judge_retries})",
+        help=f"retries on a timeout, 408, 429, 5xx, a reset or short read, or a body that is not a chat "
+        f"completion; a 429/503's Retry-After is waited for, up to {MAX_RETRY_AFTER:g} s "
+        f"(default: {_RAG.judge_retries})",
     )
     judge_backoff: float = option(
-        _RAG.judge_backoff, parse=float, group=JUDGE, help="first retry delay, doubled each time"
+        _RAG.judge_backoff,
+        low=0.0,
+        high=MAX_TIMEOUT,
+        group=JUDGE,
+        help="first retry delay, doubled each time",
     )
     judge_rps: float | None = option(
-        _RAG.judge_rps, parse=float, group=JUDGE, help="at most this many requests per second"
+        _RAG.judge_rps, above=0, high=MAX_JUDGE_RPS, group=JUDGE, help="at most this many requests per second"
     )
     judge_temperature: float | None = option(
         _RAG.judge_temperature,
-        parse=float,
+        low=0.0,
+        high=MAX_TEMPERATURE,
         group=JUDGE,
         help=f"sampling temperature (default: {SINGLE_TEMPERATURE} with one repeat, {REPEAT_TEMPERATURE} with "
         "several)",
     )
+
+    # A refused key must not be echoed by a validation error either (pydantic shows the input otherwise).
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_the_options(cls, data: Any) -> Any:
+        """A key in a file, ``--set`` or a keyword would be written to experiment.yaml: refused."""
+        if isinstance(data, dict) and any(
+            data.get(k) is not None for k in ("judge_api_key", "judge-api-key")
+        ):
+            raise ValueError(f"judge_api_key: {KEY_REFUSED}")
+        return data
+
+    @field_validator("judge_api_key_env")
+    @classmethod
+    def _a_variable_name(cls, name: str | None) -> str | None:
+        problem = key_variable_problem(name) if name is not None else None
+        if problem:
+            raise ValueError(problem)
+        return name
+
+    @field_serializer("judge_base_url", when_used="json")
+    def _without_credentials(self, url: str | None) -> str | None:
+        return redacted_url(url) if url else url
 
     def settings(self) -> RAGRunSettings:
         """The stage's settings: the row keys from the ``*_key`` options, the rest by name; the cache
@@ -472,7 +543,9 @@ class RAGEvalOptions(RAGInputOptions):
 
     data: Path = option(positional=True, parse=Path, metavar="DATA.jsonl", help="JSONL file of RAG rows")
     per_question: bool = option(False, action="store_true", help="also give every question's scores")
-    output: Path | None = option(None, parse=Path, help="write the full report to this JSON file")
+    output: Path | None = option(
+        None, parse=Path, role="output", help="write the full report to this JSON file"
+    )
 
 
 @dataclass
@@ -529,7 +602,9 @@ def rag_eval(
         options.data, settings, per_question=options.per_question, notify=_as_lines(notify)
     )
     result = RAGEvalResult(
-        options=options, report=report, messages=[] if notify is not None else [str(notice) for notice in report.notices]
+        options=options,
+        report=report,
+        messages=[] if notify is not None else [str(notice) for notice in report.notices],
     )
     if options.output:
         result.write_payload(options.output, parents=True)
@@ -557,7 +632,9 @@ class RAGCompareOptions(RAGInputOptions):
     seed: int = seed_option()
     alpha: float = alpha_option()
     correction: str = correction_option(CORRECTION_SCOPE)
-    output: Path | None = option(None, parse=Path, help="write the comparison to this JSON file")
+    output: Path | None = option(
+        None, parse=Path, role="output", help="write the comparison to this JSON file"
+    )
 
 
 @dataclass
@@ -595,7 +672,9 @@ def rag_compare(
         options.system_a, options.system_b, options.settings(), significance, notify=_as_lines(notify)
     )
     result = RAGCompareResult(
-        options=options, report=report, messages=[] if notify is not None else [str(notice) for notice in report.notices]
+        options=options,
+        report=report,
+        messages=[] if notify is not None else [str(notice) for notice in report.notices],
     )
     if options.output:
         result.write_payload(options.output, parents=True)

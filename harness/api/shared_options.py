@@ -31,8 +31,11 @@ _FUSION = FusionSettings()
 
 
 def json_output_option(help: str = "also write the results as JSON") -> Any:
-    """``--output/-o FILE.json``: refused at once when it is a folder or its folder is missing."""
-    return option(None, flags=("--output", "-o"), parse=output_file, metavar="FILE.json", help=help)
+    """``--output/-o FILE.json``: refused at once when it is a folder or its folder is missing, or when it
+    names one of the command's inputs, a harness result or a file inside one (``role="output"``)."""
+    return option(
+        None, flags=("--output", "-o"), parse=output_file, metavar="FILE.json", help=help, role="output"
+    )
 
 
 # -------------------------------------------------------------------------------- significance
@@ -100,7 +103,9 @@ def fuse_method_option(flag: str, group: tuple[str, str | None] | None = None) -
 
 
 def rrf_k_option(group: tuple[str, str | None] | None = None) -> Any:
-    return option(_FUSION.k, parse=int, help="rrf's k (default: %(default)s)", group=group)
+    # Fusion's own settings refuse a negative k and a depth below 1 (FusionSettings), from every source; a
+    # whole number option is held to int64 and a weight to a finite number (harness.core.options).
+    return option(_FUSION.k, help="rrf's k (default: %(default)s)", group=group)
 
 
 def norm_option(group: tuple[str, str | None] | None = None) -> Any:
@@ -114,15 +119,12 @@ def norm_option(group: tuple[str, str | None] | None = None) -> Any:
 
 
 def weights_option(group: tuple[str, str | None] | None = None) -> Any:
-    return option(
-        None, nargs="+", parse=float, metavar="W", help="interpolation: one weight per run/model", group=group
-    )
+    return option(None, nargs="+", metavar="W", help="interpolation: one weight per run/model", group=group)
 
 
 def fuse_depth_option(group: tuple[str, str | None] | None = None) -> Any:
     return option(
         None,
-        parse=int,
         metavar="N",
         help="documents each run contributes per query (default: all it has; with eval, --top-k)",
         group=group,

@@ -20,13 +20,20 @@ from harness.api.shared_options import (
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write, check_output_file, check_output_folder
 from harness.core.options import MAX_DIGITS, OptionsRecord, option, output_file
+from harness.core.output_guard import check_output
 from harness.core.paths import default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS
 from harness.reports.charts import write_charts
 from harness.reports.formats import FORMATS, render, tables_to_json
 from harness.reports.html import DEFAULT_TITLE, write_report
 from harness.reports.tables import TableSet, build_tables
-from harness.results.collect import collect_results
+from harness.reproduction.references import (
+    model_aliases,
+    published_results,
+    read_references,
+    references_option,
+)
+from harness.results.collect import Collection, collect_results, select_models
 from harness.results.result_store import iter_result_dirs
 
 
@@ -35,7 +42,9 @@ class ResultsViewOptions(OptionsRecord):
 
     ``results_dir`` (default: env HARNESS_RESULTS_DIR or results/), ``metrics`` (one table each),
     ``datasets`` (rows) and ``models`` (columns) in the order given, ``baseline`` (the model every other is
-    tested against: ``test``, ``n_resamples``, ``seed``, ``alpha``, ``correction``), ``digits`` printed.
+    tested against: ``test``, ``n_resamples``, ``seed``, ``alpha``, ``correction``), ``digits`` printed,
+    ``references`` (published cells shown as columns beside the models': a references YAML or an MTEB
+    results folder).
     """
 
     results_dir: Path | None = option(
@@ -43,6 +52,7 @@ class ResultsViewOptions(OptionsRecord):
         positional=True,
         nargs="?",
         parse=Path,
+        role="input",
         help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
     )
     metrics: list[str] = option(
@@ -67,6 +77,10 @@ class ResultsViewOptions(OptionsRecord):
     digits: int = option(
         TableSet.digits, low=1, high=MAX_DIGITS, help="decimals printed (default: %(default)s)"
     )
+    references: Path | None = references_option(
+        "published numbers shown beside the results, each model's cell on each dataset as a column "
+        "'MODEL (SOURCE)'"
+    )
 
     def results_folder(self) -> Path:
         """``results_dir``, or the environment's results folder."""
@@ -84,11 +98,13 @@ def _tableset(
     collection = collect_results(options.results_folder())
     warnings = [f"warning: skipped {path}: {reason}" for path, reason in collection.skipped]
     try:
+        collection, models, notes = _with_published(options, collection)
+        warnings += notes
         tableset = build_tables(
             collection,
             options.metrics,
             datasets=options.datasets,
-            models=options.models,
+            models=models,
             baseline=options.baseline,
             significance=significance_of(options),
             digits=options.digits,
@@ -99,6 +115,26 @@ def _tableset(
             raise
         return None, [*warnings, f"error: {error}"], error
     return tableset, warnings, None
+
+
+def _with_published(
+    options: ResultsViewOptions, collection: Collection
+) -> tuple[Collection, list[str] | None, list[str]]:
+    """With ``references``: the collection plus a published column per shown model, the columns to show
+    (the chosen models' published ones after them), and the notes of reading the references."""
+    if options.references is None:
+        return collection, options.models, []
+    references = read_references(options.references)
+    shown = collection.results
+    if options.models:
+        chosen = set(select_models(shown, options.models, model_aliases))
+        shown = [result for result in shown if result.model_slug in chosen]
+    published = published_results(shown, references.references)
+    models = [*options.models, *(cell.model_slug for cell in published)] if options.models else None
+    notes = [f"note: {note}" for note in references.notes]
+    if not published:
+        notes.append(f"note: {options.references} has no published cell for the models and datasets shown")
+    return Collection([*collection.results, *published], collection.skipped), models, notes
 
 
 def results_files(options: ResultsViewOptions) -> dict[str, Path]:
@@ -135,6 +171,7 @@ class TableOptions(ResultsViewOptions):
     output: Path | None = option(
         None,
         parse=Path,
+        role="output",
         help="write here instead of stdout (for png: the folder for the charts, default RESULTS_DIR/charts)",
     )
 
@@ -172,13 +209,16 @@ def table(options: TableOptions | None = None, /, **values: Any) -> TableResult:
     ``print(table(results_dir="results", metrics=["ndcg@10"], baseline="bm25").render())``.
     """
     options = TableOptions.coerce(options, values)
+    charts_folder = options.output or options.results_folder() / "charts"
     if options.output is not None:  # refused before the tables are computed
         (check_output_folder if options.format == "png" else check_output_file)(options.output)
+    if options.format == "png":  # the record's guard checked a given --output; this, the default folder too
+        check_output(charts_folder, "--output" if options.output else "the default --output")
     tableset, warnings, failure = _tableset(options, ci=options.ci)
     if tableset is None:
         return TableResult(None, options.format, messages=warnings, exit_code=2, failure=failure)
     if options.format == "png":
-        charts = write_charts(tableset, options.output or options.results_folder() / "charts")
+        charts = write_charts(tableset, charts_folder)
         return TableResult(tableset=tableset, format=options.format, paths=charts, messages=warnings)
     text = render(tableset, options.format)
     result = TableResult(tableset=tableset, format=options.format, text=text, messages=warnings)
@@ -207,7 +247,7 @@ class ReportOptions(ResultsViewOptions):
     titled ``title``; always with intervals and tied-with-best marks, per-query views with ``baseline``."""
 
     output: Path | None = option(
-        None, parse=output_file, help="HTML file to write (default: RESULTS_DIR/report.html)"
+        None, parse=output_file, role="output", help="HTML file to write (default: RESULTS_DIR/report.html)"
     )
     title: str = option(DEFAULT_TITLE, help="page title")
 
@@ -235,12 +275,13 @@ def report(options: ReportOptions | None = None, /, **values: Any) -> ReportResu
     ``report(results_dir="results", baseline="bm25").output``.
     """
     options = ReportOptions.coerce(options, values)
-    tableset, warnings, failure = _tableset(
-        options, ci=True
-    )  # the page always shows intervals and tied groups
+    # The default page goes into the results folder: refused there (before any work) if that is a result.
+    label = "--output" if options.output else "the default --output"
+    output = check_output(options.output or options.results_folder() / "report.html", label)
+    # The page always shows intervals and tied groups.
+    tableset, warnings, failure = _tableset(options, ci=True)
     if tableset is None:
         return ReportResult(None, None, messages=warnings, exit_code=2, failure=failure)
-    output = options.output or options.results_folder() / "report.html"
     written = write_report(tableset, output, title=options.title, results_dir=options.results_folder())
     return ReportResult(tableset=tableset, output=written, paths=[written], messages=warnings)
 

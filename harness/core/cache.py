@@ -138,6 +138,21 @@ class CacheEntry:
         return {**asdict(self), "path": str(self.path)}
 
 
+# A listing reads manifests it did not just write: an edited or damaged one is shown for what it is, never
+# a traceback, and never a count it would loop over (``num_shards: 1e11``).
+MAX_LISTED_SHARDS = 1_000_000
+
+
+def _whole(value: Any, high: int = 10**12) -> int | None:
+    """A manifest's count, or ``None`` unless it is a whole number from 0 to ``high``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high else None
+
+
+def _text(value: Any) -> str | None:
+    """A manifest's name or key, or ``None`` unless it is text."""
+    return value if isinstance(value, str) else None
+
+
 def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -158,26 +173,27 @@ def _embeddings_entries(root: Path) -> list[CacheEntry]:
     found = []
     for directory in _folders(root / EMBEDDINGS_DIR):
         manifest = read_json_or_none(directory / MANIFEST) or {}
-        num_shards = int(manifest.get("num_shards") or 0)
+        num_shards = _whole(manifest.get("num_shards"), MAX_LISTED_SHARDS)
         indexes = sorted(directory.glob(f"*{FAISS_SUFFIX}"))
-        done = len(finished_shards(directory, num_shards))
+        done = len(finished_shards(directory, num_shards or 0))
+        seconds = manifest.get("encode_seconds")
         found.append(
             CacheEntry(
                 kind="embeddings",
-                key=str(manifest.get("key") or directory.name.rsplit("__", 1)[-1]),
+                key=_text(manifest.get("key")) or directory.name.rsplit("__", 1)[-1],
                 path=directory,
                 bytes=_size(directory) - sum(_size(index) for index in indexes),
-                complete=bool(manifest.get("complete")),
-                dataset=manifest.get("dataset"),
-                model=manifest.get("model"),
+                complete=manifest.get("complete") is True and num_shards is not None,
+                dataset=_text(manifest.get("dataset")),
+                model=_text(manifest.get("model")),
                 details={
-                    "part": manifest.get("kind", "unknown"),
-                    "split": manifest.get("split"),
-                    "count": manifest.get("num_docs"),
-                    "dim": manifest.get("dim"),
+                    "part": _text(manifest.get("kind")) or "unknown",
+                    "split": _text(manifest.get("split")),
+                    "count": _whole(manifest.get("num_docs")),
+                    "dim": _whole(manifest.get("dim")),
                     "shards_done": done,
-                    "num_shards": num_shards,
-                    "encode_seconds": manifest.get("encode_seconds"),
+                    "num_shards": num_shards if num_shards is not None else "?",
+                    "encode_seconds": seconds if isinstance(seconds, (int, float)) else None,
                 },
             )
         )
@@ -187,7 +203,7 @@ def _embeddings_entries(root: Path) -> list[CacheEntry]:
 
 def _faiss_entries(directory: Path, manifest: dict[str, Any], indexes: list[Path]) -> list[CacheEntry]:
     # An index is keyed by the vectors it holds (the embeddings key) and its factory (the file name).
-    embeddings_key = str(manifest.get("key") or directory.name)
+    embeddings_key = _text(manifest.get("key")) or directory.name
     return [
         CacheEntry(
             kind="faiss",
@@ -195,8 +211,8 @@ def _faiss_entries(directory: Path, manifest: dict[str, Any], indexes: list[Path
             path=index,
             bytes=_size(index),
             complete=True,
-            dataset=manifest.get("dataset"),
-            model=manifest.get("model"),
+            dataset=_text(manifest.get("dataset")),
+            model=_text(manifest.get("model")),
             details={"index": index.stem.removeprefix("index-"), "embeddings_key": embeddings_key},
         )
         for index in indexes
@@ -207,7 +223,8 @@ def _bm25_entries(root: Path) -> list[CacheEntry]:
     found = []
     for directory in _folders(root / BM25_DIR):
         manifest = read_json_or_none(directory / MANIFEST)
-        settings = (manifest or {}).get("settings") or {}
+        settings = (manifest or {}).get("settings")
+        settings = settings if isinstance(settings, dict) else {}
         found.append(
             CacheEntry(
                 kind="bm25",
@@ -215,9 +232,12 @@ def _bm25_entries(root: Path) -> list[CacheEntry]:
                 path=directory,
                 bytes=_size(directory),
                 complete=manifest is not None,
-                dataset=(manifest or {}).get("dataset"),
-                model=(manifest or {}).get("model"),
-                details={"count": (manifest or {}).get("num_docs"), "library": settings.get("library")},
+                dataset=_text((manifest or {}).get("dataset")),
+                model=_text((manifest or {}).get("model")),
+                details={
+                    "count": _whole((manifest or {}).get("num_docs")),
+                    "library": _text(settings.get("library")),
+                },
             )
         )
     return found
@@ -230,7 +250,7 @@ def _onnx_entries(root: Path) -> list[CacheEntry]:
         found.append(
             CacheEntry(
                 kind="onnx",
-                key=str((record or {}).get("key") or directory.name.rsplit("__", 1)[-1]),
+                key=_text((record or {}).get("key")) or directory.name.rsplit("__", 1)[-1],
                 path=directory,
                 bytes=_size(directory),
                 complete=record is not None and (directory / "model.onnx").is_file(),
@@ -267,12 +287,12 @@ def _rerank_entries(root: Path) -> list[CacheEntry]:
         found.append(
             CacheEntry(
                 kind="rerank",
-                key=str((manifest or {}).get("key") or directory.name.rsplit("__", 1)[-1]),
+                key=_text((manifest or {}).get("key")) or directory.name.rsplit("__", 1)[-1],
                 path=directory,
                 bytes=_size(directory),
                 complete=manifest is not None,
-                model=(manifest or {}).get("model"),
-                details={"files": len(score_files), "max_length": (manifest or {}).get("max_length")},
+                model=_text((manifest or {}).get("model")),
+                details={"files": len(score_files), "max_length": _whole((manifest or {}).get("max_length"))},
             )
         )
     return found

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.core.errors import InputError
-from harness.core.fileio import open_text
+from harness.core.fileio import read_text
 
 CONFIG_DIR_ENV = "HARNESS_CONFIG_DIR"
 
@@ -67,20 +67,126 @@ def record_folder_files(relative: str) -> dict[str, Path]:
     return found
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; a syntax error is one ``InputError`` naming the file and line."""
-    path = Path(path)
+# Bounds that no harness file comes near: a "billion laughs" of aliases, or nesting that would exhaust
+# the recursion of the YAML composer and of every reader after it, is refused before it is built.
+MAX_YAML_DEPTH = 100
+MAX_YAML_VALUES = 100_000
+
+
+class RefusedYAML(yaml.MarkedYAMLError):
+    """Valid YAML the harness refuses to load: a repeated key, aliases expanding past
+    :data:`MAX_YAML_VALUES` values or referring to themselves, nesting deeper than :data:`MAX_YAML_DEPTH`."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None, fix: str):
+        super().__init__(problem=problem, problem_mark=mark)
+        self.fix = fix
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing repeated keys and bounding nesting and alias expansion."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = False
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases = True
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise RefusedYAML(f"nested deeper than {MAX_YAML_DEPTH} levels", mark, "flatten it")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None and self._aliases:
+            _expanded_size(node, {}, set())
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *defaults`` merges; keys written here override it, as YAML intends
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = first.get(key)
+            except TypeError:
+                continue  # an unhashable key: the constructor reports it
+            if seen is not None:
+                raise RefusedYAML(
+                    f"duplicate key {key!r}, first on line {seen.line + 1}",
+                    key_node.start_mark,
+                    "keep one of them: YAML keeps only the last",
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values ``node`` stands for once every alias is expanded; refused past the bound."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise RefusedYAML(
+            "an alias refers to the value that contains it", node.start_mark, "remove the alias"
+        )
+    open_nodes.add(id(node))
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes, open_nodes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(
+            _expanded_size(key, sizes, open_nodes) + _expanded_size(value, sizes, open_nodes)
+            for key, value in node.value
+        )
+    open_nodes.discard(id(node))
+    if size > MAX_YAML_VALUES:
+        raise RefusedYAML(
+            f"aliases expand to more than {MAX_YAML_VALUES:,} values", node.start_mark, "write the values out"
+        )
+    sizes[id(node)] = size
+    return size
+
+
+def load_yaml(text: str) -> Any:
+    """The one YAML parser: ``text`` as a value (safe types only).
+
+    Raises ``yaml.YAMLError``; :class:`RefusedYAML` for a repeated key, an alias bomb or deep nesting.
+    """
+    loader = _StrictLoader(text)
     try:
-        with open_text(path) as handle:
-            return yaml.safe_load(handle)
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file through :func:`load_yaml`; any problem (not UTF-8, a syntax error, a repeated
+    key, aliases expanding past the bound) is one ``InputError`` naming the file and line."""
+    path = Path(path)
+    text = read_text(path)
+    try:
+        return load_yaml(text)
+    except RefusedYAML as error:
+        mark = error.problem_mark
+        raise InputError(path, mark.line + 1 if mark else None, str(error.problem), error.fix) from None
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        raise InputError(
+            path, line, f"not valid YAML (control character #x{error.character:04x} is not allowed)"
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise InputError(
             path, mark.line + 1 if mark else None, f"not valid YAML ({problem})", "fix the syntax"
         ) from None
-    except OSError as error:
-        raise InputError(path, None, f"cannot read ({error.strerror or error})") from None
 
 
 def read_mapping(path: str | Path, key: str | None = None) -> dict[str, Any]:

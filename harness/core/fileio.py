@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -78,7 +79,10 @@ _OUTPUT_FIXES = {
     errno.EPERM: ("operation not permitted", _PERMISSION),
     errno.EROFS: ("read-only file system", "choose a writable location"),
     errno.EISDIR: ("is a folder", "give a file name, e.g. a name inside that folder"),
-    errno.ENOTDIR: ("part of the path is a file, not a folder", "move that file away, or choose another path"),
+    errno.ENOTDIR: (
+        "part of the path is a file, not a folder",
+        "move that file away, or choose another path",
+    ),
     errno.ENOENT: ("its folder does not exist", "create the folder first, or choose another path"),
     errno.EEXIST: ("already exists and is not a folder", "remove it, or choose another path"),
     errno.ENAMETOOLONG: ("name too long", "choose a shorter path"),
@@ -205,24 +209,106 @@ def describe_inputs(paths: dict[str, str | Path]) -> dict[str, dict[str, str]]:
     return {role: {"path": str(path), "sha256": file_digest(path)} for role, path in paths.items()}
 
 
-def read_json_object(path: str | Path, *, fix: str | None = None) -> dict[str, Any]:
-    """A JSON file holding one object; a missing, unreadable or malformed file is one ``InputError``."""
+# Deeper JSON is refused: no file the harness reads nests past a few levels, and deeper values would
+# exhaust the recursion of the readers (the C parser stops near 1000 with a RecursionError).
+MAX_JSON_DEPTH = 200
+
+
+def read_text(path: str | Path, *, fix: str | None = None) -> str:
+    """A whole text file (UTF-8, BOM or not, ``.gz`` too); a missing, unreadable or non-UTF-8 file is one
+    ``InputError`` naming the file (and the first bad line)."""
+    path = Path(path)
     try:
         with open_text(path) as handle:
-            payload = json.load(handle)
+            return handle.read()
     except FileNotFoundError:
         raise InputError(path, None, "missing file", fix) from None
+    except UnicodeDecodeError as error:
+        line, reason = _first_undecodable_line(path) or (None, error.reason)
+        raise InputError(path, line, f"not UTF-8 text ({reason})", "save the file as UTF-8") from None
+    except (OSError, EOFError) as error:
+        raise InputError(
+            path, None, f"unreadable ({getattr(error, 'strerror', None) or error})", fix
+        ) from None
+
+
+def parse_json(
+    text: str,
+    path: str | Path,
+    line: int | None = None,
+    *,
+    invalid: str = "not valid JSON",
+    fix: str | None = None,
+) -> Any:
+    """The one JSON parser: ``text`` (a file's content, or line ``line`` of a JSON-lines file) as a value.
+
+    Malformed JSON, a number too long to convert, and nesting deeper than :data:`MAX_JSON_DEPTH` are one
+    ``InputError`` naming ``path`` and the line (``invalid`` words the first). ``NaN`` and ``Infinity`` parse
+    as floats, as Python's ``json`` does: where a value must be text or an id, :func:`json_text` refuses them.
+    """
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputError(path, error.lineno, f"not valid JSON: {error.msg}", fix) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(path, None, f"unreadable ({error})", fix) from None
+        where = line if line is not None else error.lineno
+        raise InputError(path, where, f"{invalid} ({error.msg} at column {error.colno})", fix) from None
+    except RecursionError:
+        raise InputError(path, line, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", fix) from None
+    except ValueError:  # an integer past Python's conversion limit (4300 digits by default)
+        raise InputError(path, line, f"{invalid} (a number with too many digits)", fix) from None
+    # Counting brackets is cheap and bounds the depth: only text with many of them is walked.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(value) > MAX_JSON_DEPTH:
+        raise InputError(path, line, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", fix)
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (a scalar: 0), walked without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def json_text(value: Any) -> str | None:
+    """A JSON scalar where text is expected (an answer, an id): strings as they are, finite numbers as
+    written; ``None`` for anything else, including ``NaN``/``Infinity`` (never the text "nan")."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    # bool is an int subclass, but ``true`` is never a meaningful answer or id.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for an error line: ``NaN``/``Infinity`` as written, else its Python type."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+    return type(value).__name__
+
+
+def read_json(path: str | Path, *, fix: str | None = None) -> Any:
+    """A JSON file's value through :func:`parse_json`; any problem is one ``InputError`` naming the file."""
+    return parse_json(read_text(path, fix=fix), path, fix=fix)
+
+
+def read_json_object(path: str | Path, *, fix: str | None = None) -> dict[str, Any]:
+    """A JSON file holding one object; a missing, unreadable, malformed or too deep file is one ``InputError``."""
+    payload = read_json(path, fix=fix)
     if not isinstance(payload, dict):
         raise InputError(path, 1, "expected a JSON object", fix)
     return payload
 
 
 def read_json_or_none(path: str | Path) -> dict[str, Any] | None:
-    """A JSON object file, or ``None`` when it is absent, half-written or not an object (caches redo it)."""
+    """A JSON object file, or ``None`` when it is absent, damaged or not an object (caches redo it)."""
     try:
         return read_json_object(path)
     except InputError:

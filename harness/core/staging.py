@@ -9,6 +9,8 @@ A live writer's folder is never touched, whichever process looks.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import logging
 import os
 import re
@@ -16,6 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -76,3 +79,25 @@ def clean_stale(parent: Path, pattern: str, *, max_age: float = STALE_AFTER) -> 
     if removed:
         log.info("freed %d leftover(s) of killed runs in %s", len(removed), parent)
     return removed
+
+
+def staging_pattern(target: Path) -> str:
+    """The glob that matches every staging folder :func:`staged_folder` makes for ``target``."""
+    return f".{glob.escape(target.name)}.*.tmp"
+
+
+@contextlib.contextmanager
+def staged_folder(target: Path, *, max_age: float = STALE_AFTER) -> Iterator[Path]:
+    """A new owner-tagged hidden folder beside ``target`` to build it in, then rename onto ``target``.
+
+    First frees the stale staging folders earlier writers of ``target`` left (killed runs, see
+    :func:`is_stale`), so leftovers never pile up. The new folder is removed when the block ends by an
+    exception or without renaming it away; a kill that no handler sees leaves it for the next start.
+    """
+    clean_stale(target.parent, staging_pattern(target), max_age=max_age)
+    staging = make_staging(target.parent, f".{target.name}.", suffix=".tmp")
+    try:
+        yield staging
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import json
 import logging
 import os
 from array import array
@@ -25,7 +24,7 @@ from typing import Any, NamedTuple
 
 from harness.core.cache import digest_of
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import iter_lines, read_json_or_none
+from harness.core.fileio import iter_lines, json_kind, parse_json, read_json_or_none
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.dataset_registry import (
     CORPUS_FILE,
@@ -65,7 +64,7 @@ def _record_id(value: Any, path: Path, line: int, what: str) -> str:
         return str(value)
     if value is None or value == "":
         raise InputError(path, line, f"{what} has no `_id`", 'every line needs a non-empty "_id"')
-    raise InputError(path, line, f"`_id` must be a string, not {type(value).__name__}")
+    raise InputError(path, line, f"`_id` must be a string, not {json_kind(value)}")
 
 
 def _iter_json_records(
@@ -76,10 +75,7 @@ def _iter_json_records(
     for number, line in lines:
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(path, number, f"malformed JSON ({error.msg} at column {error.colno})") from None
+        record = parse_json(line, path, number, invalid="malformed JSON")
         if not isinstance(record, dict):
             raise InputError(path, number, f"expected a JSON object per {what}, got {type(record).__name__}")
         yield number, record

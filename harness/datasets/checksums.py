@@ -1,26 +1,30 @@
-"""Checksums and corpus scans remembered beside the data, so big files are hashed and scanned once.
+"""Checksums and corpus scans remembered in the harness's cache, so big files are hashed and scanned once.
 
 A value is kept under a key with the size and mtime of the files it was computed from; it is reused
-while they are unchanged and recomputed otherwise. Values persist in the sidecar ``.harness-checksums.json``
-of the dataset folder (format ``{"version": 1, "entries": {key: {"stamp": ..., "value": ...}}}``);
-a read-only folder gets no sidecar, and the store then remembers values for its own lifetime only.
+while they are unchanged and recomputed otherwise. The values of one dataset folder persist in one file
+of the cache, ``<cache>/checksums/<folder name>-<digest of its resolved path>.json`` (format
+``{"version": 2, "folder": <resolved path>, "entries": {key: {"stamp": ..., "value": ...}}}``). Nothing is
+ever written into a dataset folder: it may be a user's own folder or a shared, read-only mirror.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.core.cache import safe_name
+from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, file_digest, read_json_or_none
+from harness.core.paths import checksums_dir
 
 log = logging.getLogger(__name__)
 
-# Remembered checksums and corpus scans, beside the data (skipped when the folder is read-only).
+# The sidecar older versions left inside dataset folders: never written, never trusted now.
 SIDECAR_FILE = ".harness-checksums.json"
-SIDECAR_VERSION = 1
+STORE_VERSION = 2
 
 Stamp = list[list[int]]
 
@@ -31,27 +35,35 @@ def file_stamp(path: Path) -> list[int]:
     return [status.st_size, status.st_mtime_ns]
 
 
-def writable_folder(root: Path) -> bool:
-    """Whether the harness may leave its sidecar in ``root``.
-
-    Judged by the folder's mode bits, not ``os.access`` alone: root passes every access check, and a
-    shared read-only mirror must stay untouched even then.
-    """
-    try:
-        return bool(root.stat().st_mode & 0o222) and os.access(root, os.W_OK)
-    except OSError:
-        return False
+def store_file(root: Path, directory: Path) -> Path:
+    """The file in ``directory`` that remembers the values of dataset folder ``root`` (by its resolved path)."""
+    resolved = str(root.resolve())
+    digest = hashlib.sha256(resolved.encode("utf-8")).hexdigest()[:16]
+    return directory / f"{safe_name(root.resolve().name)}-{digest}.json"
 
 
 class ChecksumStore:
     """Values computed from dataset files, remembered while those files keep their size and mtime.
 
-    One store may serve several folders; each folder has its own sidecar. Pass the same store to the
-    steps of one run (loading, fingerprinting, verifying) so a read-only folder is hashed only once.
+    ``directory`` is where the values persist (default: ``<cache>/checksums``, the cache root as
+    ``--cache-dir`` / ``HARNESS_CACHE_DIR`` give it, read when first needed); ``persist=False`` keeps them
+    for the store's own lifetime only (copies about to be moved, which no later run will see at that path).
+    One store may serve several folders; pass the same store to the steps of one run (loading,
+    fingerprinting, verifying) so each file is hashed at most once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str | Path | None = None, *, persist: bool = True) -> None:
+        self._directory = Path(directory) if directory is not None else None
+        self.persist = persist
         self._memo: dict[tuple[str, str], tuple[Stamp, Any]] = {}
+
+    @property
+    def directory(self) -> Path:
+        return self._directory if self._directory is not None else checksums_dir()
+
+    def path_for(self, root: Path) -> Path:
+        """The file that remembers ``root``'s values."""
+        return store_file(root, self.directory)
 
     def remembered(self, root: Path, key: str, paths: list[Path], compute: Callable[[], Any]) -> Any:
         """``compute()``, or its remembered value while the files in ``paths`` are unchanged."""
@@ -59,14 +71,14 @@ class ChecksumStore:
         memo_key = (str(root.resolve()), key)
         if memo_key in self._memo and self._memo[memo_key][0] == stamp:
             return self._memo[memo_key][1]
-        entries = self._read_sidecar(root)
+        entries = self._read(root)
         entry = entries.get(key)
         if isinstance(entry, dict) and entry.get("stamp") == stamp:
             value = entry.get("value")
         else:
             value = compute()
             entries[key] = {"stamp": stamp, "value": value}
-            self._write_sidecar(root, entries, key)
+            self._write(root, entries, key)
         self._memo[memo_key] = (stamp, value)
         return value
 
@@ -76,20 +88,26 @@ class ChecksumStore:
         return self.remembered(root, f"sha256:{relative}", [path], lambda: file_digest(path, "sha256"))
 
     def forget(self) -> None:
-        """Drop the in-memory values (the sidecars stay): what a new process would see."""
+        """Drop the in-memory values (the stored ones stay): what a new process would see."""
         self._memo.clear()
 
-    @staticmethod
-    def _read_sidecar(root: Path) -> dict[str, Any]:
-        entries = (read_json_or_none(root / SIDECAR_FILE) or {}).get("entries")
+    def _read(self, root: Path) -> dict[str, Any]:
+        if not self.persist:
+            return {}
+        stored = read_json_or_none(self.path_for(root)) or {}
+        entries = stored.get("entries")
+        # Another folder whose path digest collides, or another format: start afresh.
+        if stored.get("folder") != str(root.resolve()) or stored.get("version") != STORE_VERSION:
+            return {}
         return entries if isinstance(entries, dict) else {}
 
-    @staticmethod
-    def _write_sidecar(root: Path, entries: dict[str, Any], key: str) -> None:
-        if not writable_folder(root):
+    def _write(self, root: Path, entries: dict[str, Any], key: str) -> None:
+        if not self.persist:
             return
-        sidecar = root / SIDECAR_FILE
+        path = self.path_for(root)
         try:
-            atomic_write_json(sidecar, {"version": SIDECAR_VERSION, "entries": entries})
-        except OSError as error:
-            log.debug("cannot remember %s in %s: %s", key, sidecar, error)
+            atomic_write_json(
+                path, {"version": STORE_VERSION, "folder": str(root.resolve()), "entries": entries}
+            )
+        except HarnessError as error:  # an unwritable cache costs a re-hash next time, nothing more
+            log.debug("cannot remember %s of %s in %s: %s", key, root, path, error)

@@ -27,6 +27,7 @@ from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json
 from harness.core.staging import clean_stale, make_staging
 from harness.datasets.beir import load_dataset
+from harness.datasets.checksums import ChecksumStore
 from harness.datasets.dataset_registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, DatasetRecord
 from harness.datasets.verify import check_pins, verify_dataset
 
@@ -313,14 +314,16 @@ def _copy_tree(source: Path, target: Path) -> None:
         shutil.copyfile(path, destination)
 
 
-def _check_candidate(folder: Path, record: DatasetRecord, *, strict: bool) -> list[str]:
+def _check_candidate(
+    folder: Path, record: DatasetRecord, *, strict: bool, checksums: ChecksumStore | None = None
+) -> list[str]:
     """Why ``folder`` is unusable as ``record``: a required file missing, a pin mismatch (strict: any
     pinned file missing). Empty when it is fine."""
     problems = []
     for relative in record.required_files:
         if not (folder / relative).is_file() and not (folder / f"{relative}.gz").is_file():
             problems.append(f"{relative} missing")
-    for check in check_pins(folder, record):
+    for check in check_pins(folder, record, checksums):
         if check.status == "mismatch":
             problems.append(f"{check.relative} sha256 {check.actual} is not the pinned {check.expected}")
         elif strict and check.status == "missing" and f"{check.relative} missing" not in problems:
@@ -328,10 +331,12 @@ def _check_candidate(folder: Path, record: DatasetRecord, *, strict: bool) -> li
     return problems
 
 
-def _count_problems(folder: Path, record: DatasetRecord) -> list[str]:
+def _count_problems(folder: Path, record: DatasetRecord, checksums: ChecksumStore) -> list[str]:
     """Counts of the reported split that differ from the registry (the check for unpinnable copies)."""
     try:
-        result = verify_dataset(load_dataset(folder, record.eval_split, name=record.name))
+        result = verify_dataset(
+            load_dataset(folder, record.eval_split, name=record.name, checksums=checksums)
+        )
     except HarnessError as error:
         return [str(error)]
     return [f"{record.eval_split} split: {failure}" for failure in result.failures]
@@ -540,9 +545,11 @@ def _install_unlocked(
             )
             # Provenance, and what tells later checks that a hub copy is re-serialised (pins do not apply).
             atomic_write_json(candidate / SOURCE_FILE, {"kind": source.kind, "location": source.location})
-            problems = _check_candidate(candidate, record, strict=strict)
+            # A staging copy about to move: its hashes are not remembered under a path about to vanish.
+            checksums = ChecksumStore(persist=False)
+            problems = _check_candidate(candidate, record, strict=strict, checksums=checksums)
             if source.kind == "hub" and not problems:
-                problems = _count_problems(candidate, record)
+                problems = _count_problems(candidate, record, checksums)
             if problems:
                 raise DownloadError(source.describe(), "; ".join(problems))
             installed = _move_into_place(candidate, dest, data_dir, record, strict=strict, force=force)

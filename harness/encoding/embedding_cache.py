@@ -18,9 +18,13 @@ shards and nothing else, so several processes or Ray workers can fill one entry 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
+import json
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,7 +44,7 @@ from harness.core.cache import (
     finished_shards,
     shard_paths,
 )
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, OutputError
 from harness.core.fileio import atomic_write_json, read_json_object, read_json_or_none
 from harness.core.protocols import CorpusSource, DocumentEncoder, Progress
 
@@ -57,23 +61,90 @@ def _read_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, fix="`harness cache clear` frees it")
 
 
+# ---- writing into the cache: a full device is said as such, and leaves nothing half-written ------------
+
+_NPY_HEADER = 128  # bytes numpy writes before a 2-D float32 array's data
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SLACK = 1 << 20  # block rounding and metadata: a write this close to the free space may fail for lack of it
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """Free bytes on the device holding ``folder`` (or its nearest existing parent); None when unknown."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def _amount(count: int) -> str:
+    return (
+        f"{count / 1e6:,.1f} MB"
+        if count >= 1e6
+        else f"{count / 1e3:.1f} kB"
+        if count >= 1e3
+        else f"{count} bytes"
+    )
+
+
+@contextlib.contextmanager
+def _writing_to_cache(path: Path, needed: int) -> Iterator[None]:
+    """Turn a failed cache write whose cause is a full device into one line that says so.
+
+    A write error names no errno when a library's own writer stops short (numpy: "12000 requested and
+    8160 written"), so a write that failed for lack of space, or for a reason unknown, while the device
+    holds less than ``needed`` (plus slack), is reported as the full device it is.
+    """
+    try:
+        yield
+    except OutputError as error:
+        cause = error.__context__
+        code = cause.errno if isinstance(cause, OSError) else None
+        free = _free_bytes(path.parent)
+        if (code is None or code in _SPACE_ERRNOS) and free is not None and free < needed + _SLACK:
+            raise OutputError(
+                f"cannot write {path}: no space left on the device holding {path.parent} "
+                f"({_amount(needed)} needed, {_amount(free)} free); free space there, or point --cache-dir "
+                "(env HARNESS_CACHE_DIR) at a disk with room, and rerun (finished shards are kept and resume)"
+            ) from None
+        raise
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    """A cache JSON file, written atomically (a full device named as such)."""
+    with _writing_to_cache(path, len(json.dumps(payload, indent=2, ensure_ascii=False).encode("utf-8"))):
+        atomic_write_json(path, payload)
+
+
 def write_shard(
     directory: Path, index: int, ids: list[str], vectors: np.ndarray, seconds: float
 ) -> dict[str, Any]:
-    """Write one finished shard: vectors first, then the ids file that marks it complete."""
+    """Write one finished shard: vectors first, then the ids file that marks it complete.
+
+    When either write fails (a full disk, say), neither file stays: the shard is simply missing, and
+    the next run encodes it again.
+    """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[0] != len(ids):
         raise ValueError(f"shard {index}: {len(ids)} ids but vectors of shape {vectors.shape}")
     vectors_path, ids_path = shard_paths(directory, index)
+    with _writing_to_cache(vectors_path, vectors.nbytes + _NPY_HEADER):
+        record = save_array(vectors_path, vectors)  # size, sha256, shape: checked on every read
     meta = {
         "index": index,
         "count": len(ids),
         "dim": int(vectors.shape[1]),
         "seconds": round(seconds, 3),
-        "vectors": save_array(vectors_path, vectors),  # size, sha256, shape: checked on every read
+        "vectors": record,
         "ids": ids,
     }
-    atomic_write_json(ids_path, meta)
+    try:
+        _write_json(ids_path, meta)
+    except BaseException:
+        vectors_path.unlink(missing_ok=True)  # vectors without their ids file are never read: free them
+        raise
     return meta
 
 
@@ -336,14 +407,14 @@ class EmbeddingCache:
             )
         directory.mkdir(parents=True, exist_ok=True)
         manifest["complete"] = False
-        atomic_write_json(directory / MANIFEST, manifest)
+        _write_json(directory / MANIFEST, manifest)
 
         def record_shard(meta: dict[str, Any]) -> None:
             manifest["dim"] = meta["dim"]
             manifest["finished_shards"] = sorted({*manifest["finished_shards"], meta["index"]})
             manifest["encode_seconds"] = round(manifest["encode_seconds"] + meta["seconds"], 3)
             manifest["updated"] = _now()
-            atomic_write_json(directory / MANIFEST, manifest)
+            _write_json(directory / MANIFEST, manifest)
 
         with tqdm(
             total=num_docs,
@@ -378,7 +449,7 @@ class EmbeddingCache:
             complete=True,
             updated=_now(),
         )
-        atomic_write_json(directory / MANIFEST, manifest)
+        _write_json(directory / MANIFEST, manifest)
         return manifest
 
     # ---- queries ----------------------------------------------------------------------------
@@ -415,7 +486,7 @@ class EmbeddingCache:
             "complete": True,
             "created": _now(),
         }
-        atomic_write_json(directory / MANIFEST, manifest)
+        _write_json(directory / MANIFEST, manifest)
         return ids, np.asarray(vectors, dtype=np.float32)
 
     @staticmethod

@@ -229,7 +229,12 @@ def compare_runs(
     qrels = as_qrels(qrels)
     evaluations = {
         label: evaluate(
-            qrels, run, names, relevance_level=relevance_level, score_precision=score_precision, diagnose=False
+            qrels,
+            run,
+            names,
+            relevance_level=relevance_level,
+            score_precision=score_precision,
+            diagnose=False,
         )
         for label, run in runs.items()
     }

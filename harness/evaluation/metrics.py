@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.core.errors import HarnessError
-from harness.datasets.qrels import Qrels, read_qrels
+from harness.datasets.qrels import GRADE_LIMIT, Qrels, read_qrels
 from harness.evaluation.judged import judged_at_k, judged_cutoffs, judged_summary
 from harness.evaluation.ties import tie_diagnostics
 from harness.evaluation.trec import Run, RunColumns, RunView, ranking_order, read_run_columns
@@ -56,7 +56,15 @@ PIPELINE_METRICS = (
 )
 # What ``harness evaluate`` reports by default: bare families, expanded at ``--ks`` (or each family's cut-offs).
 EVALUATE_FAMILIES = ("ndcg", "map", "recall", "p", "mrr")
-_PRETTY = {"ndcg": "nDCG", "dcg": "DCG", "recall": "Recall", "map": "MAP", "mrr": "MRR", "p": "P", "precision": "P"}
+_PRETTY = {
+    "ndcg": "nDCG",
+    "dcg": "DCG",
+    "recall": "Recall",
+    "map": "MAP",
+    "mrr": "MRR",
+    "p": "P",
+    "precision": "P",
+}
 
 
 def pretty_metric(name: str) -> str:
@@ -245,6 +253,11 @@ def as_qrels(qrels: Qrels | str | os.PathLike) -> Qrels:
                 raise HarnessError(
                     f"qrels: relevance of query {qid!r}, document {docid!r} is {rel!r}, not an int"
                 )
+            if not -GRADE_LIMIT <= int(rel) < GRADE_LIMIT:
+                raise HarnessError(
+                    f"qrels: relevance of query {qid!r}, document {docid!r} is {rel}, beyond a 64-bit "
+                    "integer (C long), the most trec_eval and pytrec_eval hold"
+                )
             row[str(docid)] = int(rel)
         if row:  # a query without judgments is not judged (pytrec_eval would drop it silently)
             checked[str(qid)] = row
@@ -269,6 +282,9 @@ _RANKING = {
 _CHUNK_QUERIES = 256  # queries handed to pytrec_eval at once: bounds the dicts alive at any time
 _FLOAT32_EXACT_INTS = 1 << 24  # rank-encoded scores must stay distinct in float32
 NONPOOL, UNJUDGED = -1, -2  # trec_eval's levels of a retrieved doc not in the qrels / judged negative
+# trec_eval allocates a counter per grade up to a query's highest (pytrec_eval: 16 GB at 2^31, a crash at
+# 2^40, wrong values between): queries graded higher are computed directly, from the same definitions.
+PYTREC_MAX_GRADE = 1 << 16
 
 
 def check_score_precision(score_precision: str) -> str:
@@ -326,7 +342,9 @@ def _hand_over(
     if keeps_order:
         return _Handover(dict(zip(docids, score_list, strict=True)), ranked)
     if len(ranked) > _FLOAT32_EXACT_INTS:
-        raise HarnessError(f"a query with {len(ranked)} documents and float32-equal scores is too long to rank")
+        raise HarnessError(
+            f"a query with {len(ranked)} documents and float32-equal scores is too long to rank"
+        )
     # float32 would merge some scores: hand over n - rank, which float32 holds exactly.
     return _Handover({docid: float(len(ranked) - rank) for rank, docid in enumerate(ranked)}, ranked)
 
@@ -339,7 +357,8 @@ def _trec_measures(specs: Iterable[MetricSpec]) -> set[str]:
         if k is not None:
             cutoffs[family].add(k)
     return {
-        family if not ks else f"{family}." + ",".join(str(k) for k in sorted(ks)) for family, ks in cutoffs.items()
+        family if not ks else f"{family}." + ",".join(str(k) for k in sorted(ks))
+        for family, ks in cutoffs.items()
     }
 
 
@@ -437,8 +456,11 @@ class _Engine:
         ]
         self.direct_specs = [spec for spec in specs if spec not in self.trec_specs]
         self.trec_names = {spec.name for spec in self.trec_specs}
-        # trec_eval reads out of bounds for a query whose grades are all negative: those go direct.
-        self.direct_queries = {qid for qid, judged in qrels.items() if max(judged.values()) < 0}
+        # trec_eval reads out of bounds for a query whose grades are all negative, and allocates a counter
+        # per grade up to the highest: those queries go direct.
+        self.direct_queries = {
+            qid for qid, judged in qrels.items() if not 0 <= max(judged.values()) <= PYTREC_MAX_GRADE
+        }
         self.evaluator = None
         if self.trec_specs:
             self.evaluator = pytrec_eval.RelevanceEvaluator(
@@ -492,6 +514,8 @@ class EvaluationSettings:
             "relevance_level": self.relevance_level,
             "complete": self.complete,
             "score_precision": self.score_precision,
+            # Judged@k's definition changed (trec_eval order -> ir_measures'): results from before re-score.
+            "judged": "ir_measures",
         }
 
     def evaluate(self, qrels: Qrels, run: Run | RunColumns) -> Evaluation:
@@ -611,7 +635,8 @@ def evaluate(
         settings=settings,
     )
     if diagnose:
-        _add_diagnostics(evaluation, qrels, run_view, specs, relevance_level, score_precision)
+        as_read = RunView(columns) if score_precision == "float32" else run_view  # judged@k: ir_measures'
+        _add_diagnostics(evaluation, qrels, run_view, as_read, specs, relevance_level, score_precision)
     return evaluation
 
 
@@ -619,14 +644,19 @@ def _add_diagnostics(
     evaluation: Evaluation,
     qrels: Qrels,
     run: Mapping[str, dict[str, float]],
+    run_as_read: Mapping[str, dict[str, float]],
     specs: list[MetricSpec],
     relevance_level: int,
     score_precision: str,
 ) -> None:
-    """The hook for harness.evaluation.judged and .ties: judged@k and tie bounds over the same queries."""
+    """The hook for harness.evaluation.judged and .ties: judged@k and tie bounds over the same queries.
+
+    ``run`` holds the scores the metrics ranked (float32 when asked); ``run_as_read`` the scores as read,
+    which judged@k ranks as ir_measures does."""
     names = [spec.name for spec in specs]
     cutoffs = judged_cutoffs(spec.k for spec in specs)
-    evaluation.judged = judged_summary(judged_at_k(qrels, run, evaluation.per_query, cutoffs), cutoffs)
+    judged = judged_at_k(qrels, run_as_read, evaluation.per_query, cutoffs)
+    evaluation.judged = judged_summary(judged, cutoffs)
     evaluation.ties = tie_diagnostics(
         qrels,
         run,
@@ -647,7 +677,9 @@ def _add_diagnostics(
     )
 
 
-def _warn_if_no_document_is_judged(qrels: Qrels, run: Mapping[str, dict[str, float]], query_ids: list[str]) -> None:
+def _warn_if_no_document_is_judged(
+    qrels: Qrels, run: Mapping[str, dict[str, float]], query_ids: list[str]
+) -> None:
     """Queries match but documents never do: every score is 0, almost surely mismatched document ids."""
     judged_docs = {doc_id for qid in query_ids for doc_id in qrels[qid]}
     if any(doc_id in judged_docs for qid in query_ids for doc_id in run[qid]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.options import INT32_MAX, option
-from harness.datasets.qrels import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from harness.datasets.qrels import DEFAULT_DUPLICATES, DEFAULT_INPUT_RULES, DUPLICATE_POLICIES, INPUT_RULES
 from harness.evaluation.metrics import SCORE_PRECISIONS, EvaluationSettings
 
 _EVALUATION = EvaluationSettings()
@@ -21,11 +21,11 @@ def ks_option(help: str = "cut-offs that bare family names expand to", metavar: 
     return option(_EVALUATION.ks, help=help, nargs="+", low=1, high=INT32_MAX, metavar=metavar)
 
 
-def relevance_level_option(help: str = "minimum grade counted as relevant", metavar: str | None = None) -> Any:
+def relevance_level_option(
+    help: str = "minimum grade counted as relevant", metavar: str | None = None
+) -> Any:
     """``--relevance-level N``: the lowest grade that counts as relevant (trec_eval -l)."""
-    return option(
-        _EVALUATION.relevance_level, help=help, low=-INT32_MAX - 1, high=INT32_MAX, metavar=metavar
-    )
+    return option(_EVALUATION.relevance_level, help=help, low=-INT32_MAX - 1, high=INT32_MAX, metavar=metavar)
 
 
 def complete_option(help: str = "average unretrieved judged queries as 0 (-c)") -> Any:
@@ -51,4 +51,18 @@ def qrels_duplicates_option(group: Group = None) -> Any:
         group=group,
         help="a (query, document) pair judged twice in the qrels: error (as trec_eval, default) "
         "or last (keep the last row, as BEIR's loader)",
+    )
+
+
+def input_rules_option() -> Any:
+    """``--input-rules {strict,trec_eval,ultrarag}``: how qrels and run files are read."""
+    return option(
+        DEFAULT_INPUT_RULES,
+        choices=INPUT_RULES,
+        help="how qrels and runs are read: strict (default: trec_eval's reading, but a grade or score that "
+        "is not entirely a number, or a NaN score, is an error naming the line), trec_eval (exactly as "
+        "trec_eval 10 reads them: atol grades such as 2abc -> 2, strtod scores such as 0.5abc -> 0.5 and nan, "
+        "lines end at LF only, so legacy files give trec_eval's numbers) or ultrarag (exactly as UltraRAG's "
+        "evaluation server: grade 2.0 -> 1, score 0x1p-1 -> 0, short lines skipped, the last of a repeated "
+        "pair kept); recorded in the output's settings",
     )

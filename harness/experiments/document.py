@@ -35,14 +35,21 @@ from typing import Any, Protocol
 import yaml
 from pydantic import field_validator
 
-from harness.core.config import Record, read_mapping, validate
+from harness.core.config import Record, RefusedYAML, load_yaml, read_mapping, validate
+from harness.core.credentials import redacted
 from harness.core.errors import HarnessError, InputError
 from harness.core.options import OptionsRecord
+from harness.core.output_guard import check_output
 from harness.core.paths import default_cache_dir, default_data_dir, default_results_dir
 from harness.experiments import ultrarag
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_-]*)\}")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_OUTPUT_ROOT = "experiments"
+# The experiment folder's own files (the resolved experiment, what each step did): no step folder may take
+# one of their names.
+RESOLVED_FILE = "experiment.yaml"
+SUMMARY_FILE = "steps.json"
 TOP_LEVEL_SETTABLE = ("name", "output")
 # Command options a step does not take: a step writes into its own folder.
 NOT_STEP_OPTIONS = ("output",)
@@ -96,9 +103,12 @@ class Step:
     directory: Path
 
     def options_json(self, *, exclude_defaults: bool = False) -> dict[str, Any]:
-        """The step's options as JSON values (those of its command a step does not take left out)."""
-        return self.options.model_dump(
-            mode="json", exclude=set(NOT_STEP_OPTIONS), exclude_defaults=exclude_defaults
+        """The step's options as JSON values (those of its command a step does not take left out), a URL's
+        credentials redacted: these values are written and printed."""
+        return redacted(
+            self.options.model_dump(
+                mode="json", exclude=set(NOT_STEP_OPTIONS), exclude_defaults=exclude_defaults
+            )
         )
 
     def resolved(self) -> dict[str, Any]:
@@ -123,9 +133,10 @@ class Experiment:
             "name": self.name,
             "source": str(self.source),
             "origin": self.origin,
-            "overrides": list(self.overrides),
+            # A URL's credentials in a value (a judge's base URL) are never written.
+            "overrides": redacted(list(self.overrides)),
             "output": str(self.output),
-            "params": self.params,
+            "params": redacted(self.params),
             "steps": [step.resolved() for step in self.steps],
         }
 
@@ -138,9 +149,11 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
         if not equals or not key.strip():
             raise HarnessError(f"--set {pair!r}: expected KEY=VALUE")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = load_yaml(text) if text.strip() else ""
+        except RefusedYAML as error:
+            raise HarnessError(f"--set {key.strip()}: {error.problem} ({error.fix})") from None
         except yaml.YAMLError:
-            value = text
+            value = text  # not YAML: the text itself (``--set name=a: b``)
         parsed.append((key.strip(), value))
     return parsed
 
@@ -172,6 +185,10 @@ def load_experiment(
     top_level = {"name": record.name or path.stem, "output": record.output}
     for key, value in pairs:
         _override(key, value, params, top_level, raw_steps, path)
+    _check_steps(raw_steps, path, kinds)  # again: ``--set STEP.id`` / ``STEP.kind`` may have changed them
+    experiment_name = _plain_name(top_level["name"], path)
+    if top_level["output"] is not None and not isinstance(top_level["output"], str):
+        raise InputError(path, None, f"output {top_level['output']!r} is not a folder path", "give a path")
 
     known = {
         "data_dir": str(default_data_dir()),
@@ -181,13 +198,13 @@ def load_experiment(
     for name, value in params.items():
         known[name] = substitute(value, known, path, f"params.{name}")
     output_text = substitute(
-        top_level["output"] or f"{DEFAULT_OUTPUT_ROOT}/{top_level['name']}", known, path, "output"
+        top_level["output"] or f"{DEFAULT_OUTPUT_ROOT}/{experiment_name}", known, path, "output"
     )
     known["output"] = str(output_text)
-    output = Path(known["output"])
+    output = check_output(Path(known["output"]), f"the output of {path}")  # never inside a result folder
     steps = [_step(kinds[raw["kind"]], raw, known, output, path) for raw in raw_steps]
     resolved_params = {name: known[name] for name in params}
-    return Experiment(str(top_level["name"]), path, output, resolved_params, steps, overrides, origin)
+    return Experiment(experiment_name, path, output, resolved_params, steps, overrides, origin)
 
 
 def _set_path(document: dict[str, Any], dotted: str, value: Any, path: Path) -> None:
@@ -202,20 +219,69 @@ def _set_path(document: dict[str, Any], dotted: str, value: Any, path: Path) -> 
 
 
 def _with_ids(steps: list[dict[str, Any]], path: Path, kinds: Mapping[str, StepKind]) -> list[dict[str, Any]]:
-    """Each step as a dict with a unique ``id`` and a known ``kind``."""
+    """Each step as a dict with an ``id`` (the kind, ``kind-2`` when it repeats), checked by :func:`_check_steps`."""
     seen: dict[str, int] = {}
     named = []
+    for raw in steps:
+        kind = str(raw.get("kind"))  # an unknown or malformed kind is refused by _check_steps
+        seen[kind] = seen.get(kind, 0) + 1
+        named.append(
+            {**raw, "id": str(raw.get("id") or (kind if seen[kind] == 1 else f"{kind}-{seen[kind]}"))}
+        )
+    _check_steps(named, path, kinds)
+    return named
+
+
+def _check_steps(steps: list[dict[str, Any]], path: Path, kinds: Mapping[str, StepKind]) -> None:
+    """Every step has a known kind and its own folder: a plain id, unique even ignoring case (folders on
+    macOS and Windows), and not the name of one of the experiment folder's own files."""
+    folders: dict[str, str] = {}
     for number, raw in enumerate(steps, start=1):
         kind = raw.get("kind")
-        if kind not in kinds:
+        if not isinstance(kind, str) or kind not in kinds:
             problem = "missing key 'kind'" if kind is None else f"unknown kind {kind!r}"
             raise InputError(path, None, f"steps[{number}]: {problem}", f"choose one of {', '.join(kinds)}")
-        seen[kind] = seen.get(kind, 0) + 1
-        step_id = str(raw.get("id") or (kind if seen[kind] == 1 else f"{kind}-{seen[kind]}"))
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", step_id) or any(s["id"] == step_id for s in named):
-            raise InputError(path, None, f"steps[{number}]: id {step_id!r} is repeated or not a plain name")
-        named.append({**raw, "id": step_id})
-    return named
+        step_id = raw["id"]
+        if not isinstance(step_id, str) or not _PLAIN_ID.fullmatch(step_id):
+            raise InputError(
+                path,
+                None,
+                f"steps[{number}]: id {step_id!r} is not a plain name",
+                "use letters, digits, -, _, .",
+            )
+        if step_id.lower() in (RESOLVED_FILE, SUMMARY_FILE):
+            raise InputError(
+                path,
+                None,
+                f"steps[{number}]: id {step_id!r} is the name of the experiment's own file",
+                "rename it",
+            )
+        if step_id.lower() in folders:
+            raise InputError(
+                path,
+                None,
+                f"steps[{number}]: id {step_id!r} is repeated (step {folders[step_id.lower()]!r} has that folder)",
+                "give each step its own id",
+            )
+        folders[step_id.lower()] = step_id
+
+
+def _plain_name(name: Any, path: Path) -> str:
+    """The experiment's name, which names its folder under ``experiments/``: one plain folder name."""
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or name in (".", "..")
+        or any(char in name for char in "/\\")
+        or not name.isprintable()
+    ):
+        raise InputError(
+            path,
+            None,
+            f"name {name!r} is not a plain folder name",
+            f"the experiment's folder is {DEFAULT_OUTPUT_ROOT}/<name>: no '/', '\\' or '..' (or set `output`)",
+        )
+    return name
 
 
 def _override(

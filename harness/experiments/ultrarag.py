@@ -6,12 +6,20 @@ here. Each of its tools becomes the matching harness step, with UltraRAG's meani
 
 - ``evaluate_trec`` -> an ``evaluate`` step: ``ks`` cut only ndcg, precision and recall (``ndcg@k``, ``p@k``,
   ``recall@k``); ``mrr`` and ``map`` are trec_eval's whole-ranking ``recip_rank`` and ``map``; averages
-  over the queries present in both run and qrels (pytrec_eval's and the harness's default).
+  over the queries present in both run and qrels (pytrec_eval's and the harness's default). Under the
+  ``ultrarag`` profile (the default) the files are read as UltraRAG's ``_load_qrels`` / ``_load_run`` read
+  them (``--input-rules ultrarag``: grade ``2.0`` is 1, ``0.0`` and ``0.5`` relevant, score ``0x1p-1`` 0,
+  short lines skipped) and scores ranked in float32, as pytrec_eval ranks them: UltraRAG's numbers.
 - ``evaluate_trec_pvalue`` -> a ``compare`` step: run_old is the baseline (B), run_new the system (A);
   UltraRAG tests with a two-sided paired sign-flip permutation test over the queries either run answered
   (a missing query scores 0) and calls p < 0.05 significant, uncorrected: the harness's permutation test
   with ``correction: none`` and ``alpha: 0.05`` is the same test.
 - ``evaluate`` -> a ``qa-eval`` step on ``benchmark.benchmark.path`` with ``key_map.gt_ls`` / ``pred_ls``.
+
+Two keys of the ``evaluation`` section are the harness's own (``--set evaluation.profile=harness``):
+``profile`` (``ultrarag``, the default, or ``harness``: strict reading and float64 ranking, trec_eval 10's
+numbers) and ``score_precision`` (``float64`` ranks as trec_eval 10 whatever the profile). The profile's
+input rules and score precision are recorded in the step's settings and summary.
 
 ``save_path`` receives the JSON UltraRAG writes (its keys and spellings), the harness's fuller report is
 written beside it as ``<stem>.harness.json``. UltraRAG appends a timestamp to the file name; the harness
@@ -28,6 +36,8 @@ from pydantic import field_validator
 
 from harness.core.config import Record, read_mapping, validate
 from harness.core.errors import InputError
+from harness.datasets.qrels import DEFAULT_DUPLICATES, DEFAULT_INPUT_RULES
+from harness.evaluation.metrics import DEFAULT_SCORE_PRECISION, SCORE_PRECISIONS
 from harness.qa.answers.profiles import PROFILE_NAMES
 
 TREC_METRICS = ("mrr", "map", "recall", "ndcg", "precision")
@@ -52,6 +62,13 @@ DEFAULT_ANSWER_METRICS = ("acc", "em", "stringem", "coverem", "f1", "rouge-1", "
 # The answer-metric profile reproducing UltraRAG's normalisation and metric definitions.
 ANSWER_PROFILE = "ultrarag"
 TOOLS = ("evaluate_trec", "evaluate_trec_pvalue", "evaluate")
+# How the TREC tools read and rank, per profile: UltraRAG's own reading and pytrec_eval's float32 ranking,
+# or the harness's defaults (trec_eval 10's numbers). Each is (input rules, score precision, duplicates).
+TREC_PROFILES = {
+    "ultrarag": ("ultrarag", "float32", "last"),  # UltraRAG's dicts keep the last line of a repeated pair
+    "harness": (DEFAULT_INPUT_RULES, DEFAULT_SCORE_PRECISION, DEFAULT_DUPLICATES),
+}
+DEFAULT_TREC_PROFILE = "ultrarag"
 _UPPER = {"p": "P"}
 
 
@@ -67,6 +84,31 @@ class EvaluationSection(Record):
     n_resamples: int | None = None
     metrics: list[str] | None = None
     save_path: str | None = None
+    profile: str = DEFAULT_TREC_PROFILE  # the harness's key: how the TREC tools read and rank
+    score_precision: str | None = None  # the harness's key: overrides the profile's
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        if name not in TREC_PROFILES:
+            raise ValueError(f"unknown profile {name!r}; choose one of {', '.join(TREC_PROFILES)}")
+        return name
+
+    @field_validator("score_precision")
+    @classmethod
+    def _known_precision(cls, name: str | None) -> str | None:
+        if name is not None and name not in SCORE_PRECISIONS:
+            raise ValueError(f"unknown score precision {name!r}; choose one of {', '.join(SCORE_PRECISIONS)}")
+        return name
+
+    def trec_reading(self) -> dict[str, str]:
+        """The TREC steps' input rules, score precision and duplicates policy under this section's profile."""
+        rules, precision, duplicates = TREC_PROFILES[self.profile]
+        return {
+            "input_rules": rules,
+            "score_precision": self.score_precision or precision,
+            "qrels_duplicates": duplicates,
+        }
 
     @field_validator("ir_metrics")
     @classmethod
@@ -206,7 +248,7 @@ def _evaluate_trec(path: Path, document: dict[str, Any], evaluation: EvaluationS
         "run": evaluation.run_path,
         "metrics": metrics,
         "per_query": True,
-        "qrels_duplicates": "last",  # UltraRAG's reader keeps the last grade of a pair judged twice
+        **evaluation.trec_reading(),
         "ultrarag_save_path": evaluation.save_path,
     }
 
@@ -223,7 +265,7 @@ def _evaluate_trec_pvalue(
         "baseline": evaluation.run_old_path,
         "others": [evaluation.run_new_path],
         "metrics": trec_metric_names(ir_metrics, evaluation.ks or DEFAULT_KS),
-        "qrels_duplicates": "last",
+        **evaluation.trec_reading(),
         "test": PAIRED_TEST,
         "n_resamples": evaluation.n_resamples or DEFAULT_RESAMPLES,
         "alpha": SIGNIFICANCE_LEVEL,

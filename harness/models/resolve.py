@@ -9,7 +9,6 @@ before any work starts.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -17,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import read_json_object
+from harness.core.errors import HarnessError
+from harness.core.fileio import read_json, read_json_object
 from harness.models.hub import fetch_from_hub
 from harness.models.identity import folder_identity, slugify, weight_files
 from harness.models.model_registry import (
@@ -279,9 +278,5 @@ def _read_json(path: Path) -> Any:
     if not path.is_file():
         return None
     if path.name == "modules.json":
-        # The one list-valued file; read_json_object takes objects only.
-        try:
-            return json.loads(path.read_text(encoding="utf-8-sig"))
-        except json.JSONDecodeError as error:
-            raise InputError(path, error.lineno, f"not valid JSON: {error.msg}") from None
+        return read_json(path)  # the one list-valued file; read_json_object takes objects only
     return read_json_object(path)

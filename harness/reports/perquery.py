@@ -19,7 +19,8 @@ _SIZE, _PAD = 320, 34  # scatter: square side and axis margin, in px
 _COLOURS = {"win": "#0a6", "loss": "#c33", "tie": "#888"}
 
 # Click a header to sort a table.sortable by that column (again to reverse); rows marked "pinned" stay last.
-SORT_SCRIPT = """<script>
+# The text between the page's <script> tags: its sha256 is what the page's Content-Security-Policy allows.
+SORT_SCRIPT = """
 (() => {
   const key = (row, index) => {
     const cell = row.cells[index];
@@ -52,7 +53,7 @@ SORT_SCRIPT = """<script>
     });
   }
 })();
-</script>"""
+"""
 
 
 def _outcome(a: float, b: float) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.evaluation.judged import HEADLINE_K
 from harness.evaluation.metrics import HEADLINE_METRICS
-from harness.reproduction.references import Reference, find_references, load_references, model_aliases
+from harness.reproduction.references import Reference, find_references, model_aliases, read_references
 from harness.results.collect import model_labels
 from harness.results.result_store import StoredResult, load_result
 from harness.results.settings_diff import (
@@ -53,35 +53,39 @@ def _identical_ids(text: Any) -> Any:
     return text  # conditional wording: shown as it is
 
 
-def find_reference(spec: str, result: StoredResult, references_file: Path | None = None) -> Reference:
+def find_reference(
+    spec: str, result: StoredResult, references_file: Path | None = None
+) -> tuple[Reference, list[str]]:
     """The cell ``spec`` names on ``result``'s dataset: ``ref`` (the preferred one for its model),
-    ``ref:SOURCE`` (that source's) or ``ref:SOURCE:MODEL`` / ``ref::MODEL`` (another model's, e.g. bm25-flat).
+    ``ref:SOURCE`` (that source's) or ``ref:SOURCE:MODEL`` / ``ref::MODEL`` (another model's, e.g. bm25-flat);
+    and the notes of reading ``references_file`` (a references YAML or a folder of MTEB results).
     """
     _, source, model = (spec.split(":", 2) + ["", ""])[:3]
     names = model_aliases(model) if model else model_labels(result, model_aliases)
-    found = find_references(load_references(references_file), names, result.dataset)
+    references = read_references(references_file)
+    found = find_references(references.references, names, result.dataset)
     if source:
         found = [ref for ref in found if ref.source.id == source]
     if not found:
         where = f" from source {source!r}" if source else ""
+        read = references_file or "references.yaml"
         raise HarnessError(
-            f"no published reference{where} for {model or result.model} on {result.dataset} in references.yaml; "
+            f"no published reference{where} for {model or result.model} on {result.dataset} in {read}; "
             "name one as ref:SOURCE:MODEL, diff against a result folder, or add the cell to "
             "HARNESS_CONFIG_DIR/references.yaml"
         )
-    return found[0]
+    return found[0], references.notes
 
 
 def reference_protocol(reference: Reference) -> Protocol:
     """The settings a reference's source states, under the names a result's protocol uses."""
     conditions = reference.source.conditions
     protocol: dict[str, Any] = {"dataset": reference.dataset}
-    if "split" in conditions:
-        protocol["split"] = conditions["split"]
-    if "identical_ids" in conditions:
-        protocol["identical-id rule (drop hits whose id is the query's)"] = _identical_ids(
-            conditions["identical_ids"]
-        )
+    if reference.split:
+        protocol["split"] = reference.split
+    identical_ids = reference.entry.identical_ids or conditions.get("identical_ids")
+    if identical_ids is not None:
+        protocol["identical-id rule (drop hits whose id is the query's)"] = _identical_ids(identical_ids)
     if "averaging" in conditions:
         protocol["averaging (-c: judged queries without results count as 0)"] = _AVERAGING.get(
             conditions["averaging"], conditions["averaging"]
@@ -155,10 +159,13 @@ def build_diff(
     metric = metric.strip().lower()
     a = load_result(a_spec)
     if is_reference_spec(str(b_spec)):
-        reference = find_reference(str(b_spec), a, references_file)
+        reference, notes = find_reference(str(b_spec), a, references_file)
         protocol = protocol_diff(result_protocol(a), reference_protocol(reference))
         protocol.only_a = []  # a source states only some conditions; the rest are not differences
-        notes = ["B is a published number: it has no per-query values, so there is no per-query picture."]
+        notes = [
+            *notes,
+            "B is a published number: it has no per-query values, so there is no per-query picture.",
+        ]
         return DiffReport(
             _describe_result(a),
             describe_reference(reference),

@@ -4,6 +4,10 @@ Each entry names its source and the evaluation conditions that source used, so a
 exactly what it compares against. Where two sources publish the same cell, both are kept and the one
 marked ``preferred`` is used by default. A ``references.yaml`` in ``HARNESS_CONFIG_DIR`` adds sources and
 entries; a source with a shipped id, or an entry for a shipped (model, dataset, source) cell, replaces it.
+
+A folder of MTEB results (:mod:`harness.reproduction.mteb_results`) given instead of a references file
+becomes the cells of source ``mteb-results`` (the shipped source's conditions, located at the folder),
+each carrying its file, ``dataset_revision`` and ``mteb_version``.
 """
 
 from __future__ import annotations
@@ -16,9 +20,15 @@ from pydantic import StrictFloat, field_validator, model_validator
 
 from harness.core.config import Record, read_yaml, record_files, validate
 from harness.core.errors import HarnessError, InputError
+from harness.core.options import option
 from harness.models.model_registry import find_record
+from harness.reproduction.mteb_results import MtebCell, read_mteb_results
+from harness.results.collect import model_labels
+from harness.results.result_store import StoredResult
 
 REFERENCES_FILE = "references.yaml"
+# The source an MTEB results folder's cells belong to (its conditions: references.yaml's entry).
+MTEB_SOURCE = "mteb-results"
 
 
 class SourceRecord(Record):
@@ -56,6 +66,10 @@ class EntryRecord(Record):
     paper: str | None = None
     table: str | None = None
     mteb_version: str | None = None
+    dataset_revision: str | None = None  # the data revision the source scored (MTEB: a hub commit)
+    model_revision: str | None = None
+    split: str | None = None  # when it differs from the source's conditions (MTEB's MSMARCO: dev)
+    identical_ids: str | None = None  # this cell's rule, where the source's conditions leave it to the task
     note: str = ""
 
     @field_validator("metrics")
@@ -115,10 +129,23 @@ class Reference:
     def note(self) -> str:
         return self.entry.note.strip()
 
+    @property
+    def split(self) -> str | None:
+        """The split the numbers are for: the entry's own, else its source's conditions'."""
+        return self.entry.split or self.source.conditions.get("split")
+
+    def provenance(self) -> str:
+        """What the source recorded about how the numbers were made (mteb version, dataset revision)."""
+        parts = [f"mteb {self.entry.mteb_version}" if self.entry.mteb_version else ""]
+        if self.entry.dataset_revision:
+            parts.append(f"dataset revision {self.entry.dataset_revision}")
+        return ", ".join(part for part in parts if part)
+
     def describe(self) -> str:
         where = self.location or self.source.location
         flag = "" if self.verified else " (unverified)"
-        return f"{self.source.id}: {where}{flag}"
+        made = f" ({self.provenance()})" if self.provenance() else ""
+        return f"{self.source.id}: {where}{made}{flag}"
 
 
 def _location(
@@ -154,14 +181,35 @@ def read_references_file(path: str | Path) -> ReferencesFile:
     return validate(ReferencesFile, read_yaml(path) or {}, path)
 
 
+@dataclass
+class ReferenceSet:
+    """The references read, and one note per thing an import left out (MTEB tasks with no BEIR dataset)."""
+
+    references: list[Reference]
+    notes: list[str] = field(default_factory=list)
+
+
+def read_references(path: str | Path | None = None) -> ReferenceSet:
+    """The references of ``path``: a references YAML file, or a folder of MTEB results; by default the
+    shipped references file with the user's on top."""
+    if path is not None and Path(path).is_dir():
+        return _mteb_references(Path(path))
+    return ReferenceSet(_yaml_references(path))
+
+
 def load_references(path: str | Path | None = None) -> list[Reference]:
+    """The references of ``path`` (see :func:`read_references`), without the import's notes."""
+    return read_references(path).references
+
+
+def _yaml_references(path: str | Path | None) -> list[Reference]:
     """The references: ``path`` alone, else the shipped file with the user's on top.
 
     Every entry must name a source defined in one of the files read.
     """
     paths = [Path(path)] if path is not None else record_files(REFERENCES_FILE)
     if path is not None and not paths[0].is_file():
-        raise HarnessError(f"references file not found: {path}")
+        raise HarnessError(f"references file or MTEB results folder not found: {path}")
     sources: dict[str, tuple[SourceRecord, Source]] = {}
     entries: dict[tuple[str, str, str], tuple[EntryRecord, Path]] = {}
     for file in paths:
@@ -178,6 +226,64 @@ def load_references(path: str | Path | None = None) -> list[Reference]:
         record, source = sources[entry.source]
         references.append(_reference(entry, source, record))
     return references
+
+
+def _mteb_source(folder: Path) -> Source:
+    """Source ``mteb-results`` (its conditions as references.yaml states them), located at ``folder``."""
+    records = [read_references_file(file).sources.get(MTEB_SOURCE) for file in record_files(REFERENCES_FILE)]
+    record = next((record for record in reversed(records) if record is not None), None)
+    shipped = _source(MTEB_SOURCE, record) if record is not None else None
+    return Source(
+        id=MTEB_SOURCE,
+        title=f"MTEB results folder {folder}",
+        location=str(folder),
+        conditions=dict(shipped.conditions) if shipped else {},
+        note=shipped.note if shipped else "",
+    )
+
+
+def _pinned_revision(model: str) -> str | None:
+    try:
+        record = find_record(model)
+    except HarnessError:
+        return None
+    return record.revision if record is not None else None
+
+
+def _mteb_entry(cell: MtebCell, preferred: bool) -> EntryRecord:
+    return EntryRecord(
+        model=cell.model,
+        dataset=cell.dataset,
+        source=MTEB_SOURCE,
+        metrics=cell.metrics,
+        preferred=preferred,
+        file=str(cell.file),
+        mteb_version=cell.mteb_version,
+        dataset_revision=cell.dataset_revision,
+        model_revision=cell.revision,
+        split=cell.split,
+        identical_ids=f"{'dropped' if cell.identical_ids_dropped else 'kept'} (mteb task {cell.task})",
+        note=f"MTEB task {cell.task}, {cell.mteb_model} revision {cell.revision}",
+    )
+
+
+def _mteb_references(folder: Path) -> ReferenceSet:
+    """An MTEB results folder's cells; of two revisions of one model on one dataset, the one the model
+    record pins (else the first) is preferred and the other kept."""
+    imported = read_mteb_results(folder)
+    source = _mteb_source(folder)
+    chosen: dict[tuple[str, str], MtebCell] = {}
+    for cell in imported.cells:
+        key = (cell.model.lower(), cell.dataset)
+        if key not in chosen or cell.revision == _pinned_revision(cell.model):
+            chosen[key] = cell
+    references = [
+        Reference(
+            _mteb_entry(cell, chosen[(cell.model.lower(), cell.dataset)] is cell), source, str(cell.file)
+        )
+        for cell in imported.cells
+    ]
+    return ReferenceSet(references, imported.notes)
 
 
 def model_aliases(name: str) -> set[str]:
@@ -207,3 +313,43 @@ def find_references(
         and (metric is None or metric.lower() in ref.metrics)
     ]
     return sorted(found, key=lambda ref: (not ref.preferred, ref.source.id))
+
+
+def published_results(results: list[StoredResult], references: list[Reference]) -> list[StoredResult]:
+    """The preferred published cell of each model on each dataset ``results`` hold, as a result without
+    per-query values (a table column ``MODEL (SOURCE)`` beside the model's own)."""
+    published: list[StoredResult] = []
+    seen: set[tuple[str, str]] = set()
+    for result in results:
+        if (result.model_slug, result.dataset) in seen:
+            continue
+        seen.add((result.model_slug, result.dataset))
+        found = find_references(references, model_labels(result, model_aliases), result.dataset)
+        if not found:
+            continue
+        reference = found[0]
+        published.append(
+            StoredResult(
+                directory=Path(reference.location or reference.source.location),
+                dataset=result.dataset,
+                split=reference.split or result.split,
+                model=f"{result.model} ({reference.source.id})",
+                model_slug=f"{result.model_slug}@{reference.source.id}",
+                metrics=dict(reference.metrics),
+                per_query={},
+                n_queries=0,
+                settings={"published_by": reference.describe()},
+            )
+        )
+    return published
+
+
+def references_option(use: str) -> Any:
+    """``--references PATH``: a references YAML file or a folder of MTEB results, for ``use``."""
+    return option(
+        None,
+        parse=Path,
+        role="input",
+        metavar="PATH",
+        help=f"{use}: a references YAML file, or a folder of MTEB results (cells of source mteb-results)",
+    )

@@ -25,6 +25,17 @@ Suite format::
         source: "my paper, table 2"      # ... must say where they come from
         tolerance: 0.001
         options: {complete: true}
+      - model: sentence-transformers/all-MiniLM-L6-v2
+        dataset: scifact
+        reference: ../mteb-results      # a folder of MTEB results (relative to the suite file)
+
+``--references`` replaces references.yaml by another references file or by a folder of MTEB results
+(:mod:`harness.reproduction.mteb_results`), whose cells are source ``mteb-results``.
+
+A pyserini two-click reproduction file (``pyserini/2cr/beir.yaml``: ``conditions`` with ``datasets`` or
+``topics`` and their ``scores``) is read as a suite too (:mod:`harness.reproduction.pyserini_2cr`): each
+condition x dataset runs the harness model or system mapped to it, under 2CR's evaluation options, and
+one with no harness equivalent is SKIPPED with the reason.
 """
 
 from __future__ import annotations
@@ -44,7 +55,14 @@ from harness.core.fileio import atomic_write
 from harness.core.text_table import text_table
 from harness.evaluation.metrics import parse_metrics, pretty_metric
 from harness.pipeline import EvalOptions
-from harness.reproduction.references import Reference, find_references, load_references, model_aliases
+from harness.reproduction.pyserini_2cr import is_2cr, read_2cr
+from harness.reproduction.references import (
+    Reference,
+    ReferenceSet,
+    find_references,
+    model_aliases,
+    read_references,
+)
 from harness.results.result_store import StoredResult
 from harness.retrieval.dense import parse_index_spec
 
@@ -91,7 +109,8 @@ class ConditionRecord(Record):
 
     model: str
     dataset: str
-    reference: str | None = None  # a references.yaml source id, or "preferred" (the default)
+    # a references.yaml source id, "preferred" (the default), or a folder of MTEB results
+    reference: str | None = None
     expected: dict[str, StrictFloat] | None = None
     source: str | None = None
     metrics: list[str] | None = None
@@ -142,6 +161,7 @@ class Condition:
     tolerance: float
     options: dict[str, Any] = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # other published values for the same cells
+    skip: str = ""  # why the condition cannot run here (a 2CR condition with no harness model)
 
 
 @dataclass
@@ -151,6 +171,7 @@ class Suite:
     description: str
     conditions: list[Condition]
     fail_on_skip: bool = False
+    notes: list[str] = field(default_factory=list)  # what reading the suite or its references left out
 
 
 @dataclass
@@ -222,24 +243,60 @@ def _from_references(
     return dict(chosen.metrics), chosen.describe(), others
 
 
+class _References:
+    """The references a suite's conditions draw on, each read once: the default set and any MTEB folders."""
+
+    def __init__(self, suite: Path, default: str | Path | None):
+        self.suite = suite
+        self.default = default
+        self.read: dict[str, ReferenceSet] = {}
+
+    def folder(self, reference: str | None) -> Path | None:
+        """The folder a condition's ``reference:`` names (relative to the suite file), if it names one."""
+        if not reference or reference == "preferred":
+            return None
+        path = Path(reference).expanduser()
+        path = path if path.is_absolute() else self.suite.parent / path
+        return path if path.is_dir() else None
+
+    def get(self, folder: Path | None) -> list[Reference]:
+        key = str(folder if folder is not None else self.default)
+        if key not in self.read:
+            self.read[key] = read_references(folder if folder is not None else self.default)
+        return self.read[key].references
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for references in self.read.values() for note in references.notes]
+
+
+def _expected_values(
+    path: Path, where: str, entry: ConditionRecord, references: _References
+) -> tuple[dict[str, float], str, list[str]]:
+    if entry.expected is not None:
+        expected = {key.lower(): float(value) for key, value in entry.expected.items()}
+        return expected, str(entry.source), []
+    folder = references.folder(entry.reference)
+    source_id = None if folder is not None else entry.reference
+    return _from_references(path, where, entry.model, entry.dataset, source_id, references.get(folder))
+
+
 def load_suite(name_or_path: str, references_file: str | Path | None = None) -> Suite:
-    """Read and validate a suite; every condition ends up with expected values and a named source."""
+    """Read and validate a suite; every condition ends up with expected values and a named source.
+
+    ``references_file``: a references YAML or a folder of MTEB results, in place of references.yaml.
+    A pyserini 2CR file is read as a suite (:func:`load_2cr_suite`).
+    """
     path = suite_path(name_or_path)
-    document = validate(SuiteRecord, read_yaml(path) or {}, path)
-    references: list[Reference] | None = None
+    content = read_yaml(path) or {}
+    if is_2cr(content):
+        return load_2cr_suite(path, content)
+    document = validate(SuiteRecord, content, path)
+    references = _References(path, references_file)
     conditions = []
     for number, entry in enumerate(document.conditions, start=1):
         where = f"condition {number}"
-        also: list[str] = []
-        if entry.expected is not None:
-            expected = {key.lower(): float(value) for key, value in entry.expected.items()}
-            source = str(entry.source)
-        else:
-            if references is None:
-                references = load_references(references_file)
-            expected, source, also = _from_references(
-                path, where, entry.model, entry.dataset, entry.reference, references
-            )
+        expected, source, also = _expected_values(path, where, entry, references)
         if entry.metrics:
             wanted = [metric.lower() for metric in entry.metrics]
             unknown = [metric for metric in wanted if metric not in expected]
@@ -263,7 +320,40 @@ def load_suite(name_or_path: str, references_file: str | Path | None = None) -> 
         description=document.description.strip(),
         conditions=conditions,
         fail_on_skip=document.fail_on_skip,
+        notes=references.notes,
     )
+
+
+def load_2cr_suite(path: Path, document: Any) -> Suite:
+    """A pyserini 2CR file as a suite: one condition per 2CR condition x dataset, at 2CR's 4-decimal
+    tolerance (:data:`DEFAULT_TOLERANCE`); those with no harness model, system or dataset are skipped."""
+    published, notes = read_2cr(path, document)
+    conditions = [
+        Condition(
+            model=item.model,
+            dataset=item.dataset,
+            expected=item.expected,
+            source=item.source,
+            tolerance=DEFAULT_TOLERANCE,
+            options=_checked_2cr_options(path, item.options),
+            skip=item.skip,
+        )
+        for item in published
+    ]
+    return Suite(
+        name=path.stem,
+        path=path,
+        description=f"pyserini two-click reproduction file {path.name}",
+        conditions=conditions,
+        notes=notes,
+    )
+
+
+def _checked_2cr_options(path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return _checked_options(options)
+    except ValueError as error:
+        raise InputError(path, None, f"options of the pyserini_2cr.yaml record: {error}") from None
 
 
 # --------------------------------------------------------------------------------------------- running
@@ -280,26 +370,34 @@ def _condition_options(base: EvalOptions, condition: Condition, path: Path) -> E
     return options
 
 
+def _skipped(condition: Condition, reason: str) -> list[Check]:
+    return [
+        Check(condition, metric, SKIPPED, expected=value, reason=reason)
+        for metric, value in condition.expected.items()
+    ]
+
+
 def run_suite(suite: Suite, base_options: EvalOptions, run_eval: RunEval | None = None) -> ReproduceReport:
     """Run (or reuse) every condition and compare each expected metric; model/data failures are SKIPPED."""
     # Looked up at call time so the pipeline can be stood in for (tests, dry runs).
     run_eval = pipeline.run_eval if run_eval is None else run_eval
     prepared = [
-        (condition, _condition_options(base_options, condition, suite.path)) for condition in suite.conditions
+        (condition, None if condition.skip else _condition_options(base_options, condition, suite.path))
+        for condition in suite.conditions
     ]
     for _, options in prepared:
         # A bad index in the suite (or on the command line) is an error, not a skipped condition.
-        parse_index_spec(options.index)
+        parse_index_spec(options.index if options is not None else base_options.index)
     checks: list[Check] = []
     for condition, options in prepared:
+        if options is None:
+            checks += _skipped(condition, condition.skip)
+            continue
         log.info("reproduce %s: %s on %s", suite.name, condition.model, condition.dataset)
         try:
             result = run_eval(condition.dataset, condition.model, options)
         except HarnessError as error:
-            checks += [
-                Check(condition, metric, SKIPPED, expected=value, reason=str(error))
-                for metric, value in condition.expected.items()
-            ]
+            checks += _skipped(condition, str(error))
             continue
         for metric, value in condition.expected.items():
             ours = result.metrics.get(metric)

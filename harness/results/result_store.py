@@ -13,10 +13,9 @@ replaces the old folder, so an interrupted run never leaves a half-written resul
 
 from __future__ import annotations
 
-import json
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,12 @@ from typing import Any
 
 from harness.core.errors import InputError
 from harness.core.fileio import atomic_write_json, read_json_object
+from harness.core.output_guard import RESULT_MARKERS
+from harness.core.staging import owner_tag, staged_folder
 
 RUN_FILE = "run.trec"
-METRICS_FILE = "metrics.json"
-PROVENANCE_FILE = "provenance.json"
+# The two files that together mark a result folder (the output guard refuses writes into one).
+METRICS_FILE, PROVENANCE_FILE = RESULT_MARKERS
 _REQUIRED_METRICS_KEYS = ("dataset", "split", "model", "model_slug", "metrics", "per_query")
 
 
@@ -56,22 +57,23 @@ class StoredResult:
 
     @property
     def data_fingerprint(self) -> dict[str, str]:
-        return self.provenance.get("dataset", {}).get("fingerprint", {})
+        fingerprint = _mapping(_mapping(self.provenance.get("dataset")).get("fingerprint"))
+        return {str(name): value for name, value in fingerprint.items() if isinstance(value, str)}
 
     @property
     def runtime_label(self) -> str:
         """How the run computed its scores: ``exact (torch) fp32``, ``onnx int8``, ``bm25s`` ..."""
-        retrieval = self.provenance.get("retrieval", {})
+        retrieval = _mapping(self.provenance.get("retrieval"))
         # Results written before the label was recorded: the encoder's label, or BM25's library.
-        label = retrieval.get("label") or (retrieval.get("encoder") or {}).get("label")
-        return str(label or (retrieval.get("bm25_settings") or {}).get("library") or "-")
+        label = retrieval.get("label") or _mapping(retrieval.get("encoder")).get("label")
+        return str(label or _mapping(retrieval.get("bm25_settings")).get("library") or "-")
 
     def per_query_values(self, metric: str) -> dict[str, float]:
         return {qid: values[metric] for qid, values in self.per_query.items() if metric in values}
 
     def judged_share(self, k: int) -> float | None:
         """Mean judged@k, or None when the result did not record it."""
-        value = (self.judged.get("mean") or {}).get(f"judged@{k}")
+        value = _mapping(self.judged.get("mean")).get(f"judged@{k}")
         return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -90,30 +92,33 @@ def write_result(
     """Write a complete result folder atomically.
 
     ``write_run_file(path)`` writes the run into the staging folder; ``metrics_payload`` must carry
-    at least the keys of :data:`_REQUIRED_METRICS_KEYS`.
+    at least the keys of :data:`_REQUIRED_METRICS_KEYS`. The staging folder names its owner, so the
+    leftovers of a killed writer are freed by the next write of the same result (``staged_folder``).
     """
     directory = Path(directory)
     missing = [key for key in _REQUIRED_METRICS_KEYS if key not in metrics_payload]
     if missing:
         raise ValueError(f"metrics payload lacks {missing}")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
-    try:
+    with staged_folder(directory) as staging:
         write_run_file(staging / RUN_FILE)
         atomic_write_json(staging / METRICS_FILE, metrics_payload)
         atomic_write_json(staging / PROVENANCE_FILE, provenance)
         if directory.exists():
-            # Swap in two renames so a reader sees either the old folder or the new one, never a mix.
-            retired = directory.with_name(f".{directory.name}.old-{os.getpid()}")
+            # Swap in two renames so a reader sees either the old folder or the new one, never a mix; the
+            # old one is set aside under a staging name, so a kill between the renames leaves it freeable.
+            retired = directory.with_name(f".{directory.name}.old{owner_tag()}{secrets.token_hex(3)}.tmp")
             os.replace(directory, retired)
             os.replace(staging, directory)
             shutil.rmtree(retired, ignore_errors=True)
         else:
             os.replace(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A provenance section as a mapping (an edited file may hold anything there: then empty)."""
+    return value if isinstance(value, dict) else {}
 
 
 def load_result(directory: str | Path) -> StoredResult:
@@ -128,18 +133,30 @@ def load_result(directory: str | Path) -> StoredResult:
         isinstance(value, (int, float)) for value in payload["metrics"].values()
     ):
         raise InputError(metrics_path, None, "'metrics' must map metric names to numbers")
+    for key in ("dataset", "split", "model", "model_slug"):
+        if not isinstance(payload[key], str):
+            raise InputError(metrics_path, None, f"{key!r} must be text", "rerun the evaluation")
+    per_query = payload["per_query"]
+    n_queries = payload.get("n_queries", len(per_query) if isinstance(per_query, dict) else 0)
+    if not isinstance(n_queries, int) or isinstance(n_queries, bool) or n_queries < 0:
+        raise InputError(metrics_path, None, "'n_queries' must be a whole number", "rerun the evaluation")
+    settings = payload.get("settings", {})
+    if not isinstance(settings, dict):
+        raise InputError(metrics_path, None, "'settings' must be a mapping", "rerun the evaluation")
     provenance_path = directory / PROVENANCE_FILE
-    provenance = read_json_object(provenance_path, fix="rerun the evaluation") if provenance_path.exists() else {}
+    provenance = (
+        read_json_object(provenance_path, fix="rerun the evaluation") if provenance_path.exists() else {}
+    )
     return StoredResult(
         directory=directory,
-        dataset=str(payload["dataset"]),
-        split=str(payload["split"]),
-        model=str(payload["model"]),
-        model_slug=str(payload["model_slug"]),
+        dataset=payload["dataset"],
+        split=payload["split"],
+        model=payload["model"],
+        model_slug=payload["model_slug"],
         metrics={name: float(value) for name, value in payload["metrics"].items()},
-        per_query=payload["per_query"],
-        n_queries=int(payload.get("n_queries", len(payload["per_query"]))),
-        settings=payload.get("settings", {}),
+        per_query=per_query,
+        n_queries=n_queries,
+        settings=settings,
         provenance=provenance,
         judged=payload.get("judged") if isinstance(payload.get("judged"), dict) else {},
         ties=payload.get("ties") if isinstance(payload.get("ties"), dict) else {},

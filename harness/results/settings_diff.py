@@ -6,6 +6,9 @@ relevance level, score precision, the library versions that change scores ...), 
 ``{setting name: value}`` so a result and a published reference cell can be set side by side.
 The per-query picture pairs the two results' values by the comparison engine's one pairing rule and
 shows the queries that moved most with each side's top documents and their judgments.
+
+Two run files are diffed by their ir_metadata headers (:func:`run_file_diff`): every recorded field,
+flattened to a dotted name (``method.retrieval[bm25].params.k1``), is a setting.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.datasets.qrels import DEFAULT_DUPLICATES, Qrels, read_qrels
 from harness.evaluation.comparison import pair_values
+from harness.evaluation.ir_metadata import read_run_header
 from harness.evaluation.metrics import empty_ranking_value
 from harness.evaluation.trec import Run, read_run, top_k_ranking
 from harness.results.result_store import StoredResult
@@ -156,6 +160,83 @@ def protocol_diff(a: Protocol, b: Protocol) -> ProtocolDiff:
         only_a=[name for name in a if name not in b],
         only_b=[name for name in b if name not in a],
     )
+
+
+# ------------------------------------------------------------------------------------- run file headers
+
+# Sections listed first (the ones that move numbers), then the rest in the header's order.
+HEADER_ORDER = ("method", "data", "tag", "implementation", "platform")
+# Measured each run (wall time, memory): they differ between any two runs, so they are not settings.
+MEASURED_SECTIONS = ("resources",)
+# The command line differs whenever any option does; it is shown whole in a note, not cut in the table.
+COMMAND_KEY = "implementation.executable.cmd"
+
+
+def header_protocol(header: Mapping[str, Any]) -> Protocol:
+    """An ir_metadata header as settings: each leaf under its dotted path; retrieval steps by their name
+    (``method.retrieval[bm25].params.k1``), ``name==version`` lists by library (``...python.numpy``)."""
+    protocol: Protocol = {}
+    ordered = [key for key in HEADER_ORDER if key in header] + [
+        key for key in header if key not in HEADER_ORDER
+    ]
+    for key in ordered:
+        if key not in MEASURED_SECTIONS:
+            _flatten(str(key), header[key], protocol)
+    protocol.pop(COMMAND_KEY, None)
+    return protocol
+
+
+def _flatten(prefix: str, value: Any, protocol: Protocol) -> None:
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}", item, protocol)
+    elif _is_named_steps(value):
+        names = [str(step["name"]) for step in value]
+        protocol[f"{prefix} (order)"] = names
+        for index, step in enumerate(value):
+            name = names[index] if names.count(names[index]) == 1 else f"{names[index]}#{index + 1}"
+            _flatten(
+                f"{prefix}[{name}]", {key: item for key, item in step.items() if key != "name"}, protocol
+            )
+    elif isinstance(value, list) and value and all(isinstance(item, str) and "==" in item for item in value):
+        for item in value:
+            library, _, version = item.partition("==")
+            protocol[f"{prefix}.{library}"] = version
+    else:
+        protocol[prefix] = value
+
+
+def _is_named_steps(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, Mapping) and "name" in item for item in value)
+    )
+
+
+def run_file_diff(a: str | Path, b: str | Path) -> tuple[ProtocolDiff, list[str]]:
+    """The header fields of run files A and B that differ, and notes (a side without a header, what is not
+    compared). Each header is read as the run files' readers read them (TREC text or parquet)."""
+    headers = {side: read_run_header(path) for side, path in (("A", a), ("B", b))}
+    protocols = {side: header_protocol(header or {}) for side, header in headers.items()}
+    notes = [
+        f"{side} has no ir_metadata header, so none of its settings are known "
+        "(every run the harness writes carries one)"
+        for side, header in headers.items()
+        if header is None
+    ]
+    commands = {side: _get(header, "implementation", "executable", "cmd") for side, header in headers.items()}
+    if commands["A"] != commands["B"]:
+        notes += [f"{side} was made by: {command}" for side, command in commands.items() if command]
+    if any(header and any(key in header for key in MEASURED_SECTIONS) for header in headers.values()):
+        notes.append(
+            "resources (wall time, CPU time, memory) are measured, not settings: they are not compared"
+        )
+    notes.append(
+        "run files carry no judgments: for metrics and the per-query picture, diff result folders "
+        "or run harness compare QRELS A B"
+    )
+    return protocol_diff(protocols["A"], protocols["B"]), notes
 
 
 # ----------------------------------------------------------------------------------------- per query

@@ -13,7 +13,6 @@ unknown words) gets an empty ranking.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -30,8 +29,8 @@ import numpy as np
 from harness.core.artifacts import CorruptArtifact, check_files, record_files
 from harness.core.cache import CacheLayout, digest_of
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, output_error, read_json_object
-from harness.core.staging import clean_stale, make_staging
+from harness.core.fileio import atomic_write_json, output_error, read_json, read_json_object
+from harness.core.staging import clean_stale, staged_folder
 from harness.datasets.dataset_registry import CORPUS_FILE
 
 log = logging.getLogger(__name__)
@@ -196,7 +195,7 @@ class BM25Retriever:
         corpus_sha = _corpus_sha(dataset)
         key = self.index_key(corpus_sha)
         folder = CacheLayout(self.cache_dir).bm25_index(key)
-        clean_stale(folder.parent, ".*.tmp")  # staging folders of killed index writers
+        clean_stale(folder.parent, ".*.tmp")  # staging folders of killed index writers (of any key)
         loaded = _load_index(folder, self.settings(), corpus_sha)
         if loaded is not None:
             log.info("BM25 index loaded from %s", folder)
@@ -339,42 +338,35 @@ def _corpus_sha(dataset: Any) -> str:
 def _save_index(
     folder: Path, retriever: Any, doc_ids: list[str], settings: dict, corpus_sha: str, labels: dict[str, str]
 ) -> None:
-    """Write the index into a temporary folder beside ``folder`` and rename it into place when complete."""
+    """Build the index in an owner-tagged staging folder beside ``folder`` and rename it into place when
+    complete; a failed or interrupted build removes its staging folder, a killed one is freed next time."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = make_staging(folder.parent, f".{folder.name}.", suffix=".tmp")
-    except OSError as error:
-        raise output_error(folder, error) from None
-    try:
-        # allow_pickle=False: the arrays are plain numeric .npy files; vocabulary and parameters are JSON.
-        retriever.save(staging, allow_pickle=False, show_progress=False)
-        atomic_write_json(staging / _DOC_IDS, doc_ids)
-        # The manifest goes last: a folder without one is never trusted. It records every file's
-        # size and sha256, checked before the index is used again.
-        files = record_files(staging)
-        atomic_write_json(
-            staging / _MANIFEST,
-            {
-                "corpus.jsonl": corpus_sha,
-                "num_docs": len(doc_ids),
-                "settings": settings,
-                **labels,
-                "files": files,
-            },
-        )
-        try:
-            os.rename(staging, folder)
-        except OSError:
-            if not (folder / _MANIFEST).is_file():
-                raise
-            # Another process finished the same index first; its copy is equivalent.
-            shutil.rmtree(staging, ignore_errors=True)
+        with staged_folder(folder) as staging:
+            # allow_pickle=False: plain numeric .npy files; vocabulary and parameters are JSON.
+            retriever.save(staging, allow_pickle=False, show_progress=False)
+            atomic_write_json(staging / _DOC_IDS, doc_ids)
+            # The manifest goes last: a folder without one is never trusted. It records every file's
+            # size and sha256, checked before the index is used again.
+            files = record_files(staging)
+            atomic_write_json(
+                staging / _MANIFEST,
+                {
+                    "corpus.jsonl": corpus_sha,
+                    "num_docs": len(doc_ids),
+                    "settings": settings,
+                    **labels,
+                    "files": files,
+                },
+            )
+            try:
+                os.rename(staging, folder)
+            except OSError:
+                if not (folder / _MANIFEST).is_file():
+                    raise
+                # Another process finished the same index first; its copy is equivalent (this one is freed).
     except OSError as error:  # bm25s writes its own files: a full disk there is named like any other write
-        shutil.rmtree(staging, ignore_errors=True)
         raise output_error(folder, error) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _load_index(folder: Path, settings: dict, corpus_sha: str) -> tuple[Any, list[str]] | None:
@@ -390,7 +382,7 @@ def _load_index(folder: Path, settings: dict, corpus_sha: str) -> tuple[Any, lis
             log.warning("BM25 cache %s was written for other settings; rebuilding it", folder)
             return _discard(folder)
         check_files(folder, manifest.get("files") or {}, fix="rebuilding it")
-        doc_ids = json.loads((folder / _DOC_IDS).read_text(encoding="utf-8"))
+        doc_ids = read_json(folder / _DOC_IDS)
         retriever = bm25s.BM25.load(folder, allow_pickle=False, show_progress=False)
     except CorruptArtifact as error:
         log.warning("BM25 cache: %s", error)

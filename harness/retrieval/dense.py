@@ -87,7 +87,9 @@ def parse_index_spec(spec: str, dim: int = 64) -> IndexSpec:
     try:
         faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
-        raise HarnessError(f"--index {spec!r}: FAISS rejects it: {_faiss_reason(error)} ({_EXAMPLES})") from None
+        raise HarnessError(
+            f"--index {spec!r}: FAISS rejects it: {_faiss_reason(error)} ({_EXAMPLES})"
+        ) from None
     return IndexSpec(factory=factory, nprobe=params.get("nprobe"), ef_search=params.get("efSearch"))
 
 

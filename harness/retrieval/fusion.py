@@ -60,6 +60,12 @@ class FusionSettings:
             raise HarnessError(f"weights belong to interpolation, not {self.method}")
         if self.weights is not None:
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+            bad = [weight for weight in self.weights if not math.isfinite(weight)]
+            if bad:
+                raise HarnessError(
+                    f"interpolation weight {bad[0]} is not a finite number; give --weights one finite "
+                    "number per run (e.g. --weights 0.7 0.3)"
+                )
 
     @property
     def norm(self) -> str:
@@ -110,13 +116,38 @@ def fuse(runs: Sequence[Run], settings: FusionSettings, labels: Sequence[str] | 
     if len(runs) < 2:
         raise HarnessError(f"fusion needs at least two runs, got {len(runs)}")
     check_same_queries(runs, labels)
+    for run, label in zip(runs, labels, strict=True):
+        check_finite_scores(run, label)
     weights = settings.member_weights(len(runs))
     combine = _COMBINERS[settings.method]
     fused: Run = {}
     for qid in sorted(runs[0]):
         members = [_member_scores(run[qid], settings) for run in runs]
         fused[qid] = combine(members, weights)
+        _check_fused(fused[qid], qid, labels, settings)
     return fused
+
+
+def check_finite_scores(run: Run, label: str) -> None:
+    """A member's scores must all be finite: ``inf`` would swamp every sum (and ``inf - inf`` is NaN)."""
+    for qid, docs in run.items():
+        for docid, score in docs.items():
+            if not math.isfinite(score):
+                raise HarnessError(
+                    f"cannot fuse {label}: query {qid!r}, document {docid!r} has score {score}; "
+                    "fusion needs finite scores (fix or drop that line of the run)"
+                )
+
+
+def _check_fused(scores: dict[str, float], qid: str, labels: Sequence[str], settings: FusionSettings) -> None:
+    """Finite inputs can still overflow a sum (two scores near 1e308): such a fused score is refused."""
+    for docid, score in scores.items():
+        if not math.isfinite(score):
+            raise HarnessError(
+                f"fusing {', '.join(labels)} overflowed for query {qid!r}, document {docid!r} ({settings.method} "
+                "gives a score that is not a finite number); normalise the scores (--norm min-max or z-score) "
+                "or scale the weights down"
+            )
 
 
 def _member_scores(docs: dict[str, float], settings: FusionSettings) -> dict[str, float]:

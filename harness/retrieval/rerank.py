@@ -14,6 +14,7 @@ text, so a re-run, a new depth or a new evaluation setting scores only pairs nev
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.cache import MANIFEST, CacheLayout, digest_of
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write_json, read_json_object, read_json_or_none
 from harness.core.protocols import CorpusSource
 from harness.core.ranking import Run, sorted_ranking
@@ -218,12 +219,15 @@ class CrossEncoderReranker:
         return {pair: cached[key] for pair, key in keys.items()}
 
     def _read_cache(self) -> tuple[dict[str, float], set[str]]:
+        """Every score the cache holds, from the files whose checksum matches; the others are dropped."""
         scores: dict[str, float] = {}
         truncated: set[str] = set()
         for path in sorted(self.directory.glob("scores-*.json")):
-            payload = read_json_object(path, fix="delete it with `harness cache clear --kind rerank`")
-            scores.update({key: float(value) for key, value in payload.get("scores", {}).items()})
-            truncated.update(payload.get("truncated", []))
+            checked = read_score_file(path)
+            if checked is None:
+                continue
+            scores.update(checked[0])
+            truncated.update(checked[1])
         return scores, truncated
 
     def _write_cache(self, scores: dict[str, float], truncated: list[str]) -> None:
@@ -239,7 +243,7 @@ class CrossEncoderReranker:
             atomic_write_json(self.directory / MANIFEST, manifest)
         # A new file per scoring pass: concurrent writers never overwrite each other's scores.
         name = f"scores-{digest_of(sorted(scores))[:12]}-{secrets.token_hex(2)}.json"
-        atomic_write_json(self.directory / name, {"scores": scores, "truncated": truncated})
+        atomic_write_json(self.directory / name, score_file_payload(scores, truncated))
 
     def _predict(self, pairs: list[tuple[str, str]]) -> tuple[list[float], list[tuple[str, str]]]:
         import torch
@@ -278,3 +282,65 @@ class CrossEncoderReranker:
 
 def _pair_key(pair: tuple[str, str]) -> str:
     return digest_of(list(pair))[:32]
+
+
+# ---- the score files: each carries the sha256 of what it holds, checked on every read ------------------
+
+SCORE_FILE_FORMAT = 2  # 1: no checksum (such files are scored again, never trusted)
+
+
+def _content_digest(scores: Mapping[str, float], truncated: list[str]) -> str:
+    return digest_of({"scores": scores, "truncated": truncated})
+
+
+def score_file_payload(scores: Mapping[str, float], truncated: list[str]) -> dict[str, Any]:
+    """What one scoring pass writes: its scores, the truncated pairs and the sha256 over both."""
+    return {
+        "format": SCORE_FILE_FORMAT,
+        "sha256": _content_digest(scores, truncated),
+        "scores": dict(scores),
+        "truncated": list(truncated),
+    }
+
+
+def read_score_file(path: Path) -> tuple[dict[str, float], list[str]] | None:
+    """The scores and truncated pairs of one cache file, or None (with a warning) when it is not exactly
+    what was written: unreadable, edited, truncated, or from a version that wrote no checksum. Such a file
+    is deleted, so its pairs are scored again and written afresh; a score that fails its check is never used.
+    """
+    payload, problem = _checked_score_file(path)
+    if problem is None:
+        return {key: float(value) for key, value in payload["scores"].items()}, payload["truncated"]
+    log.warning(
+        "re-rank cache file %s %s; its pairs are scored again (it is deleted; "
+        "`harness cache clear --kind rerank` frees the whole re-rank cache)",
+        path,
+        problem,
+    )
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _checked_score_file(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The file's content and why it cannot be trusted (None when it matches the checksum written with it)."""
+    try:
+        payload = read_json_object(path)
+    except InputError as error:
+        return {}, f"is unreadable ({error.problem})"
+    scores, truncated = payload.get("scores"), payload.get("truncated")
+    if "sha256" not in payload:
+        return payload, "has no checksum (written by an older version)"
+    if not isinstance(scores, dict) or not isinstance(truncated, list):
+        return payload, "lacks its scores or truncated pairs"
+    if payload["sha256"] != _content_digest(scores, truncated):
+        return payload, "changed since it was written (sha256 differs)"
+    # The checksum matched, so these are the values written; still, only finite numbers are scores.
+    if not all(_is_score(value) for value in scores.values()) or not all(
+        isinstance(key, str) for key in truncated
+    ):
+        return payload, "holds a score that is not a finite number"
+    return payload, None
+
+
+def _is_score(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -189,6 +189,7 @@ def _fusion_tag(fusion: FusionSettings, members: int) -> str:
         tag += f"-d{fusion.depth}"
     return tag
 
+
 # ``harness eval``'s options that make systems of its models (argparse dests), read by systems_from_options.
 SYSTEM_OPTIONS = (
     "fuse",

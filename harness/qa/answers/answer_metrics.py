@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.qa.answers.predictions import QARecord
-from harness.qa.answers.profiles import EMPTY_GOLD_RULE, AnswerProfile, get_profile
+from harness.qa.answers.profiles import EMPTY_GOLD_METRICS, EMPTY_GOLD_RULE, AnswerProfile, get_profile
 from harness.qa.answers.tokenize import CJK_RULE, space_cjk, split_cjk_tokens
 
 # Metric group -> the per-question score keys it produces; order is the report's order.
@@ -43,6 +43,16 @@ DIVERSITY_ORDERS = (1, 2)
 METEOR_PARAMETERS = {"alpha": 0.9, "beta": 3.0, "gamma": 0.5}
 
 _PUNCTUATION = frozenset(string.punctuation)
+# Metric group -> its name in the tokenisation line.
+_TOKENISED = {
+    "string_em": "StringEM",
+    "cover_em": "CoverEM",
+    "f1": "F1",
+    "rouge": "ROUGE",
+    "bleu": "BLEU",
+    "meteor": "METEOR",
+    "diversity": "distinct-n",
+}
 
 
 def _strip_punctuation(text: str) -> str:
@@ -381,17 +391,24 @@ class QAScorer:
         return result
 
     def tokenisation(self) -> str:
-        """How the chosen token-based metrics split text, beginning with the CJK rule."""
-        tokenisers = {
-            "cover_em": "CoverEM: whitespace words of the normalised text (CJK not split)",
-            "f1": "F1: whitespace words of the normalised text",
-            "rouge": f"ROUGE: {self.profile.rouge_tokens}",
-            "bleu": "BLEU: 13a (sacrebleu's), case kept" if self.profile.own_bleu else "BLEU: sacrebleu 13a",
-            "meteor": "METEOR: nltk wordpunct",
-            "diversity": "distinct-n: whitespace words",
+        """How the chosen token-based metrics split text, beginning with the CJK rule, and where each departs
+        from the profile's tool (the stdout line that names every departure)."""
+        profile = self.profile
+        parts = [CJK_RULE]
+        for group in self.groups:
+            if group in profile.tokens:
+                parts.append(f"{_TOKENISED[group]}: {profile.tokens[group]}")
+            if group in profile.departures:
+                parts.append(
+                    f"{_TOKENISED.get(group, group)} departs from {profile.tool}: {profile.departures[group]}"
+                )
+        return "; ".join(parts)
+
+    def departures(self) -> dict[str, str]:
+        """Each chosen metric whose numbers differ from the profile's tool (or sources), and why."""
+        return {
+            group: self.profile.departures[group] for group in self.groups if group in self.profile.departures
         }
-        chosen = [tokenisers[group] for group in self.groups if group in tokenisers]
-        return "; ".join([CJK_RULE, *chosen])
 
     def settings(self) -> dict[str, Any]:
         """What ran, with which settings: stored in every report."""
@@ -400,11 +417,10 @@ class QAScorer:
             "profile": self.profile.name,
             "profile_summary": definitions["summary"],
             "normalisation": definitions["normalisation"],
-            "definitions": {
-                group: definitions[group] for group in self.groups if group in definitions
-            },
+            "definitions": {group: definitions[group] for group in self.groups if group in definitions},
             "tokenisation": self.tokenisation(),
-            "empty_gold": EMPTY_GOLD_RULE,
+            "departures": self.departures(),
+            "empty_gold": f"{EMPTY_GOLD_RULE}; {self.profile.empty_gold_departure}",
         }
         if "bleu" in self.groups and self.profile.own_bleu:
             described["bleu"] = {
@@ -444,7 +460,7 @@ class QAScorer:
 
     def empty_gold_ids(self, records: Sequence[QARecord]) -> list[str]:
         """Questions with a gold alias that normalises to nothing under the profile (it matches nothing)."""
-        if not {"em", "acc", "string_em", "cover_em", "f1"} & set(self.groups):
+        if not set(EMPTY_GOLD_METRICS) & set(self.groups):
             return []
         return [record.qid for record in records if not all(map(self.profile.normalise, record.golds))]
 

@@ -8,14 +8,13 @@ first occurrence.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError, InputError
-from harness.core.fileio import iter_lines
+from harness.core.fileio import iter_lines, json_kind, json_text, parse_json
 
 # How many duplicate ids a report lists by name; the count is always complete.
 MAX_LISTED_DUPLICATES = 10
@@ -76,24 +75,32 @@ def iter_json_objects(path: Path) -> Iterator[tuple[int, dict]]:
     for number, text in iter_lines(path):
         if not text.strip():
             continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(
-                path, number, f"not valid JSON ({error.msg})", "one JSON object per line"
-            ) from None
+        row = parse_json(text, path, number, fix="one JSON object per line")
         if not isinstance(row, dict):
             raise InputError(path, number, f"expected a JSON object, got {type(row).__name__}")
         yield number, row
 
-def _scalar_text(value: Any) -> str | None:
-    """A gold alias or prediction as text; ``None`` for values that are not text-like (lists, dicts, bools)."""
-    if isinstance(value, str):
-        return value
-    # bool is an int subclass, but ``true`` is never a meaningful answer string.
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    return None
+
+# NaN and Infinity are not standard JSON; Python's json reads them as numbers, never as answers or ids.
+_NON_FINITE = ("NaN", "Infinity", "-Infinity")
+QUOTE_FIX = 'NaN and Infinity are not text: quote them ("NaN") if that is the answer'
+
+
+def _shown(value: Any) -> str:
+    """A value for an error line: NaN/Infinity as written in the file, anything else as its repr."""
+    kind = json_kind(value)
+    if kind in _NON_FINITE:
+        return kind
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."  # one readable line, whatever the file holds
+
+
+def not_text(key: str, value: Any, fix: str) -> tuple[str, str]:
+    """``(problem, fix)`` for a value of ``key`` that must be text and is not; NaN/Infinity get their own fix."""
+    kind = json_kind(value)
+    if kind in _NON_FINITE:
+        return f"{key!r} is {kind}, not text", QUOTE_FIX
+    return f"{key!r} is {type(value).__name__}, not a string", fix
 
 
 def _choice_text(index: int, choices: list[Any], path: Path, line: int, gold_key: str) -> str:
@@ -105,9 +112,9 @@ def _choice_text(index: int, choices: list[Any], path: Path, line: int, gold_key
             f"{gold_key!r} holds {index!r}, which is not an index into the {len(choices)} choices",
             "with choices, gold answers are 0-based choice indices",
         )
-    text = _scalar_text(choices[index])
+    text = json_text(choices[index])
     if text is None:
-        raise InputError(path, line, f"choice {index} is not text: {choices[index]!r}")
+        raise InputError(path, line, *not_text(f"choice {index}", choices[index], "store the choice text"))
     return text
 
 
@@ -126,12 +133,12 @@ def parse_gold(
     def alias(item: Any) -> str:
         if choices and isinstance(item, int) and not isinstance(item, bool):
             return _choice_text(item, choices, path, line, gold_key)
-        text = _scalar_text(item)
+        text = json_text(item)
         if text is None:
             raise InputError(
                 path,
                 line,
-                f"{gold_key!r} holds {item!r}, which is not an answer string",
+                f"{gold_key!r} holds {_shown(item)}, which is not an answer string",
                 "gold answers are a string, a list of strings or a list of lists of strings",
             )
         return text
@@ -160,11 +167,9 @@ def parse_gold(
 def _prediction_text(value: Any, path: Path, line: int, pred_key: str) -> str:
     if value is None:
         return ""
-    text = _scalar_text(value)
+    text = json_text(value)
     if text is None:
-        raise InputError(
-            path, line, f"{pred_key!r} is {type(value).__name__}, not a string", "store the answer text"
-        )
+        raise InputError(path, line, *not_text(pred_key, value, "store the answer text"))
     return text
 
 
@@ -193,9 +198,9 @@ def read_predictions(
                     f"missing key {key!r}",
                     f"keys on this line: {present}; {option} names another",
                 )
-        qid = _scalar_text(row[id_key])
+        qid = json_text(row[id_key])
         if qid is None:
-            raise InputError(path, number, f"{id_key!r} is {row[id_key]!r}, not a string or number")
+            raise InputError(path, number, *not_text(id_key, row[id_key], "ids are strings or numbers"))
         choices = row.get(choices_key)
         if choices is not None and not isinstance(choices, list):
             raise InputError(path, number, f"{choices_key!r} is not a list")

@@ -8,8 +8,10 @@ definitions, written from that tool's published source:
 - ``ultrarag``: UltraRAG's evaluation server (``servers/evaluation/src/evaluation.py``).
 - ``flashrag``: FlashRAG's evaluator (``flashrag/evaluator/metrics.py`` and ``utils.py``).
 
-Two rules hold in every profile, where the tools differ or fail: CJK text is scored per character
-(:mod:`harness.qa.answers.tokenize`), and a gold alias that normalises to nothing never matches (``EMPTY_GOLD_RULE``).
+A tool profile gives its tool's number on every metric and every script except where its ``departures`` say
+otherwise, and every report states them. Two rules hold in every profile, where the tools differ or fail: CJK
+text is scored per character (:mod:`harness.qa.answers.tokenize`), and a gold alias that normalises to nothing
+never matches (``EMPTY_GOLD_RULE``). FlashRAG's ROUGE and BLEU also give 0 where FlashRAG stops with an error.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.qa.answers.tokenize import space_cjk, split_cjk_tokens, word_tokens
+from harness.qa.answers.tokenize import rouge_score_tokens, space_cjk, split_cjk_tokens, word_tokens
 
 DEFAULT_PROFILE = "squad"
 ROUGE_KEYS = ("rouge_1", "rouge_2", "rouge_l")
+# The metrics the empty-gold rule changes, in EMPTY_GOLD_RULE's order.
+EMPTY_GOLD_METRICS = ("em", "acc", "string_em", "cover_em", "f1")
 EMPTY_GOLD_RULE = (
     "a gold alias that normalises to nothing (e.g. 'The', '!!!') matches no prediction: it scores 0 on EM, "
     "Acc, StringEM, CoverEM and F1 (and still counts in StringEM's denominator)"
@@ -89,26 +93,26 @@ def _f1(predicted: Sequence[str], gold: Sequence[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _rouge_score_scorer(stem: bool) -> Any:
-    """rouge-score's ROUGE-1/2/L with a tokeniser that keeps every script (its own keeps a-z, 0-9 only)."""
-    from nltk.stem import porter
+class _MemoisedPorter:
+    """nltk's Porter stemmer (rouge-score's) with a cache: stemming is most of ROUGE's time on repeated words."""
+
+    def __init__(self) -> None:
+        from nltk.stem import porter
+
+        self.stem = functools.lru_cache(maxsize=1 << 16)(porter.PorterStemmer().stem)
+
+
+def _rouge_score_scorer(tokenise: Callable[[str], list[str]]) -> Any:
+    """rouge-score's ROUGE-1/2/L over the profile's tokens."""
     from rouge_score import rouge_scorer, tokenizers
 
-    class UnicodeTokenizer(tokenizers.Tokenizer):
-        def __init__(self) -> None:
-            # Memoised: answers repeat the same words, and stemming is most of ROUGE's time.
-            self._stem = functools.lru_cache(maxsize=1 << 16)(porter.PorterStemmer().stem) if stem else None
-
+    class ProfileTokenizer(tokenizers.Tokenizer):
         def tokenize(self, text: str) -> list[str]:
-            tokens = word_tokens(text)
-            if self._stem is None:
-                return tokens
-            # rouge-score stems only words of more than three characters.
-            return [self._stem(token) if len(token) > 3 else token for token in tokens]
+            return tokenise(text)
 
     # rouge-score announces its default tokeniser at INFO through absl on every scorer.
     logging.getLogger("absl").setLevel(logging.WARNING)
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=UnicodeTokenizer())
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=ProfileTokenizer())
 
 
 def _best_rouge(scorer: Any, golds: Sequence[str], prediction: str) -> RougeScores:
@@ -144,7 +148,31 @@ class AnswerProfile:
         "f1": "SQuAD token F1 (bag of tokens) of the normalised texts",
         "rouge": "rouge-score F-measure of ROUGE-1/2/L on the raw texts, lower-cased, no stemming",
     }
-    rouge_tokens = "runs of letters, marks and digits of any script, lower-cased"
+    # How each token-based metric splits text (after the CJK rule), for the report's tokenisation line.
+    tokens: dict[str, str] = {
+        "cover_em": "whitespace words of the normalised text (CJK not split)",
+        "f1": "whitespace words of the normalised text",
+        "rouge": "lower-cased runs of letters, marks and digits of any script",
+        "bleu": "sacrebleu 13a, lower-cased",
+        "meteor": "nltk wordpunct",
+        "diversity": "whitespace words",
+    }
+    # Where this profile's numbers differ from the definition it is named after, and why; the empty-gold
+    # rule has its own line. The squad profile is the harness's own and departs on purpose.
+    tool = "its sources"
+    departures: dict[str, str] = {
+        "f1": "CJK characters are one token each (the SQuAD script keeps a CJK run as one word)",
+        "rouge": "words of any script are kept whole and CJK characters are one token each; rouge-score's "
+        "own tokeniser keeps only a-z and 0-9 (Zürich -> z, rich; Cyrillic, Arabic and CJK dropped)",
+        "bleu": "CJK characters are one token each (13a keeps a CJK run as one token)",
+        "meteor": "CJK characters are one token each (wordpunct keeps a CJK run as one token)",
+        "diversity": "CJK characters are one token each",
+    }
+    # What the sources do with a gold that normalises to nothing, where EMPTY_GOLD_RULE departs from them.
+    empty_gold_departure = (
+        "the SQuAD script gives such a gold EM 1 when the answer also normalises to nothing, and ALCE's "
+        "StringEM finds it in any answer"
+    )
     own_bleu = False  # True when :meth:`bleu` replaces the harness's sacrebleu BLEU
     normalise: Callable[[str], str] = staticmethod(normalize_answer)
 
@@ -152,8 +180,8 @@ class AnswerProfile:
         self._rouge: Any = None
 
     def describe(self) -> dict[str, Any]:
-        """The profile's name, summary and every metric's definition: stored in every report."""
-        return {"name": self.name, "summary": self.summary, **self.definitions}
+        """The profile's name, summary, every metric's definition and departures: stored in every report."""
+        return {"name": self.name, "summary": self.summary, **self.definitions, "departures": self.departures}
 
     def _golds(self, golds: Sequence[str]) -> list[str]:
         """Normalised golds, without those that normalise to nothing (they never match)."""
@@ -182,7 +210,7 @@ class AnswerProfile:
 
     def rouge(self, prediction: str, golds: Sequence[str]) -> RougeScores:
         if self._rouge is None:
-            self._rouge = _rouge_score_scorer(stem=False)
+            self._rouge = _rouge_score_scorer(word_tokens)
         return _best_rouge(self._rouge, golds, prediction)
 
     def bleu(
@@ -207,11 +235,29 @@ class UltraRAGProfile(AnswerProfile):
         "string_em": "UltraRAG: share of the gold aliases (nested groups flattened, repeats kept) equal to the "
         "normalised prediction; gold '1' vs '1972' scores 0",
         "f1": "token F1 of the UltraRAG-normalised texts",
-        "rouge": "rouge-score F-measure of ROUGE-1/2/L between the UltraRAG-normalised texts, Porter stemming "
-        "of words longer than 3 characters",
+        "rouge": "rouge-score F-measure of ROUGE-1/2/L between the UltraRAG-normalised texts, rouge-score's "
+        "own tokens, Porter stemming of words longer than 3 characters",
     }
     normalise = staticmethod(normalize_ultrarag)
-    rouge_tokens = "runs of letters, marks and digits of any script in the normalised text, Porter-stemmed"
+    tokens = {
+        **AnswerProfile.tokens,
+        "rouge": "rouge-score's own tokens of the normalised text, as UltraRAG: lower-cased runs of a-z and 0-9 "
+        "(Zürich -> z, rich; Cyrillic, Arabic and emoji dropped), Porter-stemmed above 3 characters",
+    }
+    tool = "UltraRAG"
+    empty_gold_departure = (
+        "UltraRAG gives such a gold EM 1 (and counts it in StringEM) when the answer also normalises to "
+        "nothing, Acc 1 against any other answer and CoverEM 1 against any answer"
+    )
+    departures = {
+        "f1": "CJK characters are one token each (UltraRAG keeps a CJK run as one word)",
+        "rouge": "CJK characters are one token each (rouge-score drops them, so UltraRAG scores Chinese 0)",
+        **{
+            metric: f"not an UltraRAG metric: the squad profile's, where {why}"
+            for metric, why in AnswerProfile.departures.items()
+            if metric in ("bleu", "meteor", "diversity")
+        },
+    }
 
     def string_em(self, prediction: str, gold_groups: Sequence[Sequence[str]]) -> float:
         golds = [alias for group in gold_groups for alias in group]
@@ -222,7 +268,8 @@ class UltraRAGProfile(AnswerProfile):
 
     def rouge(self, prediction: str, golds: Sequence[str]) -> RougeScores:
         if self._rouge is None:
-            self._rouge = _rouge_score_scorer(stem=True)
+            stemmer = _MemoisedPorter()
+            self._rouge = _rouge_score_scorer(lambda text: rouge_score_tokens(text, stemmer))
         return _best_rouge(self._rouge, [self.normalise(gold) for gold in golds], self.normalise(prediction))
 
 
@@ -248,8 +295,26 @@ class FlashRAGProfile(AnswerProfile):
         "sentences at '.', words at spaces, n-grams counted once (sets), ROUGE-L as union-LCS over "
         "sentences divided by distinct words; text with no sentence scores 0 (FlashRAG stops with an error)",
     }
-
-    rouge_tokens = "words between spaces, case kept, sentences split at '.'"
+    tokens = {
+        **AnswerProfile.tokens,
+        "rouge": "words between spaces, case kept, sentences split at '.', as FlashRAG",
+        "bleu": "13a (FlashRAG's copy of sacrebleu's), case kept",
+    }
+    tool = "FlashRAG"
+    empty_gold_departure = "FlashRAG gives such a gold EM 1 when the answer also normalises to nothing and Acc 1 against any answer"
+    departures = {
+        "f1": "CJK characters are one token each (FlashRAG keeps a CJK run as one word)",
+        "rouge": "CJK characters are one token each (the 'rouge' package splits only at spaces); text with no "
+        "sentence (empty, or only '.') scores 0 where FlashRAG stops with an error",
+        "bleu": "CJK characters are one token each (13a keeps a CJK run as one token); 0 where FlashRAG "
+        "divides by zero (an answer, or a question's shortest gold, without a token)",
+        "string_em": "not a FlashRAG metric: the squad profile's",
+        "cover_em": "not a FlashRAG metric: the squad profile's",
+        **{
+            metric: f"not a FlashRAG metric: the squad profile's, where {AnswerProfile.departures[metric]}"
+            for metric in ("meteor", "diversity")
+        },
+    }
     own_bleu = True
 
     def f1(self, prediction: str, golds: Sequence[str]) -> float:

@@ -2,20 +2,20 @@
 
 Chinese and Japanese are written without spaces between words, so a whitespace tokeniser makes a whole
 Chinese answer one token, and rouge-score's tokeniser (a-z and 0-9 only) drops it altogether: every Chinese
-answer scored 0. Here CJK characters (Han ideographs, kana, Hangul, Bopomofo) are scored one per character,
-as Chinese RAG evaluations do; every other script is scored per word. Text without CJK characters is
-tokenised exactly as before, so English scores still match the tools'.
+answer scored 0. Here CJK characters (Han ideographs, kana, Hangul, Bopomofo) are scored one per character in
+every profile, as Chinese RAG evaluations do. Other text is split the way the profile's tool splits it
+(:func:`rouge_score_tokens` for UltraRAG's ROUGE), or per word of any script (:func:`word_tokens`, the
+squad profile's ROUGE, where rouge-score would drop every letter outside a-z).
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
-CJK_RULE = (
-    "CJK characters (Han, kana, Hangul, Bopomofo) are one token each, other scripts are split into words"
-)
+CJK_RULE = "CJK characters (Han, kana, Hangul, Bopomofo) are one token each in every profile"
 
 # Inclusive code point ranges scored per character.
 _CJK_RANGES = (
@@ -99,4 +99,28 @@ def word_tokens(text: str) -> list[str]:
             run = ""
     if run:
         tokens.append(run)
+    return tokens
+
+
+class Stemmer(Protocol):
+    stem: Callable[[str], str]
+
+
+def rouge_score_tokens(text: str, stemmer: Stemmer | None) -> list[str]:
+    """rouge-score's own tokens, with CJK characters one token each (rouge-score drops them).
+
+    rouge-score lower-cases, keeps runs of a-z and 0-9 and drops everything else, so "Zürich" is the two
+    tokens z, rich and Cyrillic or Arabic text has none; words longer than 3 characters are stemmed when a
+    stemmer is given. Text without CJK characters gets exactly rouge-score's tokens.
+    """
+    from rouge_score.tokenize import tokenize
+
+    if text.isascii() or not _CJK.search(text):
+        return tokenize(text, stemmer)
+    tokens: list[str] = []
+    for piece in _CJK_PIECES.findall(text):
+        if is_cjk(piece):
+            tokens.append(piece)
+        else:
+            tokens.extend(tokenize(piece, stemmer))
     return tokens

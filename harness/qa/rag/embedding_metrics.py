@@ -46,7 +46,9 @@ class TextEmbedder:
     def __init__(self, model: ResolvedModel, cache_dir: str | Path, *, device: str | None = "cpu"):
         self.model = model
         self.layout = CacheLayout(Path(cache_dir))
-        self.encoder = build_encoder(model, device=device, runtime=RUNTIME, cache_dir=cache_dir, batch_size=32)
+        self.encoder = build_encoder(
+            model, device=device, runtime=RUNTIME, cache_dir=cache_dir, batch_size=32
+        )
         self._vectors: dict[str, np.ndarray] = {}
         self.encoded = 0  # texts encoded by this process (0 on a cached re-run)
 

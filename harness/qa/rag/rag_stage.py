@@ -23,7 +23,6 @@ from harness.evaluation.comparison import Comparison, SignificanceSettings
 from harness.models.model_registry import DEFAULT_MODEL
 from harness.qa.rag.embedding_metrics import TextEmbedder
 from harness.qa.rag.judge_client import (
-    API_KEY_ENV,
     BASE_URL_ENV,
     MODEL_ENV,
     REPEAT_TEMPERATURE,
@@ -31,6 +30,7 @@ from harness.qa.rag.judge_client import (
     JudgeClient,
     JudgeSettings,
     env_value,
+    key_from_environment,
 )
 from harness.qa.rag.rag_evaluator import RAGEvaluation, RAGEvaluator
 from harness.qa.rag.rows import (
@@ -71,8 +71,10 @@ class RAGRunSettings:
     """Everything ``rag-eval`` / ``rag-compare`` options set; option ``--x-y`` is attribute ``x_y``.
 
     ``metrics`` holds the raw ``--metrics`` items (names or groups, comma-separated); ``None`` picks
-    every metric the files' fields allow. The judge's URL, model and key fall back to their environment
-    variables; its temperature to one for a single ask and another for repeats.
+    every metric the files' fields allow. The judge's URL and model fall back to their environment
+    variables; its key is only ever read from the environment (the variable ``judge_api_key_env`` names,
+    else ``HARNESS_JUDGE_API_KEY`` / ``OPENAI_API_KEY``), so no options record or file ever holds it; its
+    temperature falls back to one for a single ask and another for repeats.
     """
 
     keys: RAGKeys = field(default_factory=RAGKeys)
@@ -83,9 +85,9 @@ class RAGRunSettings:
     embedding_model: str = DEFAULT_MODEL
     cache_dir: Path = field(default_factory=default_cache_dir)
     judge: bool = False
-    judge_base_url: str | None = None
+    judge_base_url: str | None = field(default=None, repr=False)  # may hold user:password@
     judge_model: str | None = None
-    judge_api_key: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log
+    judge_api_key_env: str | None = None  # the NAME of the variable holding the key, never the key
     judge_repeats: int = 1
     judge_timeout: float = 60.0
     judge_retries: int = 3
@@ -99,7 +101,7 @@ class RAGRunSettings:
         if not base_url:
             raise HarnessError(
                 "--judge needs the server's base URL: --judge-base-url http://127.0.0.1:8000/v1 or "
-                "HARNESS_JUDGE_BASE_URL / OPENAI_BASE_URL"
+                f"{' / '.join(BASE_URL_ENV)}"
             )
         temperature = self.judge_temperature
         if temperature is None:
@@ -107,7 +109,7 @@ class RAGRunSettings:
         return JudgeSettings(
             base_url=base_url,
             model=self.judge_model or env_value(MODEL_ENV) or "",
-            api_key=self.judge_api_key or env_value(API_KEY_ENV),
+            api_key=key_from_environment(self.judge_api_key_env),
             timeout=self.judge_timeout,
             retries=self.judge_retries,
             backoff=self.judge_backoff,
@@ -170,7 +172,11 @@ def build_evaluator(settings: RAGRunSettings, files: Sequence[RAGFile], notify: 
         raise HarnessError(f"{', '.join(judged)} need a judge model; add --judge (see --help)")
     for rag_file in files:
         check_fields(rag_file, metrics, settings.keys)
-    judge = JudgeClient(settings.judge_settings(), settings.cache_dir) if settings.judge else None
+    judge = None
+    if settings.judge:
+        judge = JudgeClient(
+            settings.judge_settings(), settings.cache_dir, warn=lambda text: notify(Notice("warning", text))
+        )
     embedder = (
         TextEmbedder.from_spec(settings.embedding_model, settings.cache_dir)
         if RAGEvaluator.needs_embedder(metrics)
@@ -204,6 +210,11 @@ def provenance_lines(evaluator: RAGEvaluator) -> list[str]:
             f"judge: {evaluator.judge.settings.model} at {evaluator.judge.settings.endpoint}; "
             f"{stats['requests']} requests, {stats['cache_hits']} cached replies, {stats['retries']} retries, "
             f"{stats['timeouts']} timeouts, {stats['malformed_replies']} malformed replies"
+            + (
+                f", {stats['damaged_cache_entries']} damaged cache entries asked again"
+                if stats["damaged_cache_entries"]
+                else ""
+            )
         )
     return lines
 

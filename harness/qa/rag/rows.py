@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import json_text
 from harness.datasets.qrels import Qrels
 from harness.evaluation.comparison import (
     QA_PAIRING_RULE,
@@ -31,7 +32,7 @@ from harness.evaluation.comparison import (
     apply_correction,
     compare_values,
 )
-from harness.qa.answers.predictions import MAX_LISTED_DUPLICATES, iter_json_objects, parse_gold
+from harness.qa.answers.predictions import MAX_LISTED_DUPLICATES, iter_json_objects, not_text, parse_gold
 
 Score = float | None  # None: the metric is undefined for this question (counted, left out of the mean)
 
@@ -216,11 +217,10 @@ class RAGFile:
 def _text(value: Any, path: Path, line: int, key: str, *, empty_if_null: bool = False) -> str:
     if value is None and empty_if_null:
         return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise InputError(path, line, f"{key!r} is {type(value).__name__}, not text", "store a string")
+    text = json_text(value)
+    if text is None:
+        raise InputError(path, line, *not_text(key, value, "store a string"))
+    return text
 
 
 def _id_list(value: Any, path: Path, line: int, key: str) -> tuple[str, ...]:
