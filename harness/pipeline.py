@@ -35,10 +35,12 @@ from harness.core.paths import default_cache_dir, default_data_dir, default_resu
 from harness.core.protocols import EvalDataset
 from harness.datasets.prepare import DataSettings, check_dataset_spec, open_dataset
 from harness.encoding.embedding_cache import EmbeddingCache
+from harness.encoding.loaded_model import library_progress_bars
 from harness.encoding.onnx_quantize import INT8_VARIANTS
 from harness.encoding.plan import EXECUTORS, EncodingSettings, encoder_spec_for, encoding_plan_for
 from harness.encoding.pool import parse_devices
 from harness.encoding.runtime import check_encoder_options
+from harness.evaluation.ir_metadata import header_from_provenance
 from harness.evaluation.metrics import EvaluationSettings
 from harness.evaluation.scoring_options import (
     complete_option,
@@ -450,7 +452,9 @@ def run_eval(
         return stored
 
     retrieve = bm25_run if model.record.is_lexical else dense_run
-    output = retrieve(request, timer)
+    # --no-progress hides the libraries' own bars too (weight loading, downloads); BM25 loads no model.
+    with library_progress_bars(shown=options.progress or model.record.is_lexical):
+        output = retrieve(request, timer)
     provenance = _provenance(dataset, _model_provenance(model, model_spec), options, config, output)
     return _evaluate_and_write(
         target, dataset, (model.record.name, model.slug), output, provenance, options, timer, started
@@ -486,7 +490,9 @@ def _evaluate_and_write(
             target,
             metrics_payload=metrics_payload,
             provenance=provenance,
-            write_run_file=lambda path: write_run(path, output.run, tag, top_k=options.top_k),
+            write_run_file=lambda path: write_run(
+                path, output.run, tag, top_k=options.top_k, header=header_from_provenance(provenance, tag=tag)
+            ),
         )
     return load_result(target)
 
@@ -599,7 +605,9 @@ def run_system_eval(dataset_spec: str, system: SystemRecord, options: EvalOption
         log.info("reusing %s (same data, system and settings)", target)
         stored.reused = True
         return stored
-    output = system_run(parts, options.top_k, timer)
+    loads_models = parts.reranker is not None or any(not r.model.record.is_lexical for r in parts.members)
+    with library_progress_bars(shown=options.progress or not loads_models):
+        output = system_run(parts, options.top_k, timer)
     model_block = {
         "spec": system.name,
         "record": system.name,

@@ -484,11 +484,12 @@ def write_trec_inputs(work: Path, inputs: Path) -> None:
     (inputs / "qrels_dup.txt").write_text("\n".join(dup) + "\n")
     (inputs / "qrels_badcols.txt").write_text("\n".join([*qrels[:3], "q1 0 D099", *qrels[3:]]) + "\n")
     (inputs / "qrels_badrel.txt").write_text("\n".join([*qrels[:2], "q1 0 D099 x", *qrels[2:]]) + "\n")
-    run_lines = run_a.splitlines()
+    # The ranking lines only: a run the harness wrote starts with an ir_metadata header of # lines.
+    run_lines = [line for line in run_a.splitlines() if not line.startswith("#")]
     short = " ".join(run_lines[2].split()[:5])
     (inputs / "run_short.txt").write_text("\n".join([*run_lines[:2], short, *run_lines[3:]]) + "\n")
     queries_a = {line.split()[0] for line in run_lines if line.strip()}
-    run_b = (work / RUN_B).read_text().splitlines()
+    run_b = [line for line in (work / RUN_B).read_text().splitlines() if not line.startswith("#")]
     same = [line for line in run_b if line.strip() and line.split()[0] in queries_a]
     (inputs / "run_b_same_queries.txt").write_text("\n".join(same) + "\n")
     with gzip.GzipFile(inputs / "run_a.trec.gz", "wb", mtime=0) as f:

@@ -68,7 +68,8 @@ def corpus_vectors(cache_dir: Path) -> tuple[list[str], np.ndarray]:
 
 
 def run_lines(result: StoredResult) -> list[str]:
-    return result.run_path.read_text().splitlines()
+    """The run's ranking lines: its ir_metadata header (``#`` lines, with timings) differs run to run."""
+    return [line for line in result.run_path.read_text().splitlines() if not line.startswith("#")]
 
 
 def reference_run(

@@ -14,7 +14,10 @@ times. Nothing here decides how to compute: that is the encoder's ``RuntimeChoic
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,32 @@ from harness.models.resolve import ResolvedModel
 log = logging.getLogger(__name__)
 
 _ST_POOLING = {"mean": "mean", "cls": "cls", "last": "lasttoken"}
+
+
+@contextlib.contextmanager
+def library_progress_bars(shown: bool) -> Iterator[None]:
+    """transformers' and huggingface_hub's own bars (weight loading, downloads) hidden inside the block
+    unless ``shown`` (``--no-progress`` hides them); each library's setting comes back after it.
+    """
+    if shown:
+        yield
+        return
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as transformers_logging
+
+    hub_bars_were_on = not hub_utils.are_progress_bars_disabled()
+    transformers_bars_were_on = transformers_logging.is_progress_bar_enabled()
+    with warnings.catch_warnings():  # HF_HUB_DISABLE_PROGRESS_BARS=0 in the environment wins, silently
+        warnings.simplefilter("ignore")
+        hub_utils.disable_progress_bars()
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hub_bars_were_on:
+            hub_utils.enable_progress_bars()
+        if transformers_bars_were_on:
+            transformers_logging.enable_progress_bar()
 
 
 def weights_dtype(device: str, dtype: str) -> str:
@@ -49,13 +78,10 @@ class ModelWeights:
     def load(self):
         """The underlying ``SentenceTransformer`` (loaded once, from the resolved local folder)."""
         if self.st_model is None:
-            from transformers.utils import logging as transformers_logging
-
             # transformers draws a bar per weight-loading call; our own bar is over documents.
-            bars_were_on = transformers_logging.is_progress_bar_enabled()
-            transformers_logging.disable_progress_bar()
             try:
-                self.st_model = self._load()
+                with library_progress_bars(shown=False):
+                    self.st_model = self._load()
             except HarnessError:
                 raise
             except Exception as error:  # corrupt weights, unsupported architecture, remote code refused
@@ -63,9 +89,6 @@ class ModelWeights:
                 raise HarnessError(
                     f"could not load model {self.model.record.name} from {self.model.source}: {text}"
                 ) from error
-            finally:
-                if bars_were_on:
-                    transformers_logging.enable_progress_bar()
         return self.st_model
 
     def _load(self):
