@@ -89,3 +89,27 @@ def _no_cache_in_the_checkout(
     """A test that relies on the default cache folder writes into a temporary one, never ./cache."""
     if "HARNESS_CACHE_DIR" not in os.environ:
         monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "default-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
+    """A tiny random cross-encoder with MiniLM's tokenizer, built once."""
+    from tiny_bert import build_tiny_cross_encoder
+
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-ce", tiny_bert_dir)
+
+
+@pytest.fixture()
+def predict_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many pairs each ``CrossEncoder.predict`` call scored while the test ran."""
+    from sentence_transformers import CrossEncoder
+
+    calls: list[int] = []
+    original = CrossEncoder.predict
+
+    def counting(self, inputs, *args, **kwargs):
+        calls.append(len(inputs))
+        return original(self, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(CrossEncoder, "predict", counting)
+    return calls

@@ -26,29 +26,6 @@ PASSAGES = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
-    from tiny_bert import build_tiny_cross_encoder
-
-    return build_tiny_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-ce", tiny_bert_dir)
-
-
-@pytest.fixture()
-def predicted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many pairs each ``CrossEncoder.predict`` call scored while the test ran."""
-    from sentence_transformers import CrossEncoder
-
-    calls: list[int] = []
-    original = CrossEncoder.predict
-
-    def counting(self, inputs, *args, **kwargs):
-        calls.append(len(inputs))
-        return original(self, inputs, *args, **kwargs)
-
-    monkeypatch.setattr(CrossEncoder, "predict", counting)
-    return calls
-
-
 def _reranker(model_dir: Path, cache: Path) -> CrossEncoderReranker:
     return CrossEncoderReranker(
         resolve_cross_encoder(str(model_dir)), RerankSettings(depth=3, device="cpu"), cache
@@ -89,7 +66,7 @@ DAMAGES = {
 def test_a_damaged_rerank_score_file_is_scored_again_with_a_warning(
     tmp_path: Path,
     tiny_cross_encoder: Path,
-    predicted: list[int],
+    predict_calls: list[int],
     caplog: pytest.LogCaptureFixture,
     damage: str,
 ):
@@ -108,14 +85,14 @@ def test_a_damaged_rerank_score_file_is_scored_again_with_a_warning(
         payload = json.loads(text)
         edit(payload)
         score_file.write_text(json.dumps(payload, allow_nan=True), encoding="utf-8")
-    predicted.clear()
+    predict_calls.clear()
 
     with caplog.at_level(logging.WARNING, logger="harness"):
         again = _reranker(tiny_cross_encoder, cache)
         reranked = again.rerank(RUN, QUERIES, PASSAGES)
 
     assert reranked == first  # the damaged score was not used: every pair scored afresh
-    assert predicted == [5] and again.pairs_cached == 0 and again.pairs_scored == 5
+    assert predict_calls == [5] and again.pairs_cached == 0 and again.pairs_scored == 5
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     assert str(score_file) in warnings[0] and expected in warnings[0], warnings[0]
@@ -128,17 +105,17 @@ def test_a_damaged_rerank_score_file_is_scored_again_with_a_warning(
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
-def test_an_untouched_score_file_is_used_as_written(tmp_path: Path, tiny_cross_encoder: Path, predicted):
+def test_an_untouched_score_file_is_used_as_written(tmp_path: Path, tiny_cross_encoder: Path, predict_calls):
     cache = tmp_path / "cache"
     _reranker(tiny_cross_encoder, cache).rerank(RUN, QUERIES, PASSAGES)
     (score_file,) = cache.glob("rerank/*/scores-*.json")
     payload = json.loads(score_file.read_text(encoding="utf-8"))
     assert set(payload) == {"format", "sha256", "scores", "truncated"} and len(payload["scores"]) == 5
     before = snapshot(cache)
-    predicted.clear()
+    predict_calls.clear()
     again = _reranker(tiny_cross_encoder, cache)
     again.rerank(RUN, QUERIES, PASSAGES)
-    assert predicted == [] and again.pairs_cached == 5
+    assert predict_calls == [] and again.pairs_cached == 5
     assert_unchanged(before, cache)
 
 

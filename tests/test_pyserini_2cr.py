@@ -14,12 +14,11 @@ import pytest
 import yaml
 from fault_snapshot import refused_by_cli
 from report_fixtures import make_result, real_fingerprint, real_qrels, synthetic_run
+from test_reproduce import StoredRuns
 
 from harness.cli import main
-from harness.core.errors import HarnessError
 from harness.pipeline import EvalOptions
 from harness.reproduction.suites import DEFAULT_TOLERANCE, MISS, OK, SKIPPED, load_suite, run_suite
-from harness.results.result_store import load_result, result_dir
 
 COMMAND = "python -m pyserini.search.lucene --index beir-v1.0.0-${dataset}.flat --bm25 --remove-query"
 TWO_CR = {
@@ -106,21 +105,6 @@ def test_a_2cr_file_is_a_suite_each_condition_mapped_to_a_harness_model_or_skipp
     assert found[("bm25", "scifact")].model == "bm25" and found[("bm25", "scifact")].skip == ""
     assert "dl19-passage is not a dataset" in found[("bm25", "dl19-passage")].skip
     assert suite.notes == [f"{two_cr}: 2CR score(s) with no harness metric left out: Success@5"]
-
-
-class StoredRuns:
-    """Stands in for the pipeline: the result folders made by the test, and no other model."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.calls: list[tuple[str, str, EvalOptions]] = []
-
-    def __call__(self, dataset: str, model: str, options: EvalOptions):
-        self.calls.append((dataset, model, options))
-        folder = result_dir(self.root, dataset, model)
-        if not (folder / "metrics.json").exists():
-            raise HarnessError(f"cannot fetch model {model} (HF_HUB_OFFLINE is set)")
-        return load_result(folder)
 
 
 @pytest.fixture

@@ -163,29 +163,6 @@ def test_shipped_system_record_and_bad_records(tmp_path, monkeypatch):
 # ---- re-ranking ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_cross_encoder(tmp_path_factory, tiny_bert_dir: Path) -> Path:
-    from tiny_bert import build_tiny_cross_encoder
-
-    return build_tiny_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-ce", tiny_bert_dir)
-
-
-@pytest.fixture()
-def predict_calls(monkeypatch) -> list[int]:
-    """Number of pairs per ``CrossEncoder.predict`` call made while the test runs."""
-    from sentence_transformers import CrossEncoder
-
-    calls: list[int] = []
-    original = CrossEncoder.predict
-
-    def counting(self, inputs, *args, **kwargs):
-        calls.append(len(inputs))
-        return original(self, inputs, *args, **kwargs)
-
-    monkeypatch.setattr(CrossEncoder, "predict", counting)
-    return calls
-
-
 QUERIES = {"q1": "what cells increase cancer risk", "q2": "protein levels in mouse brain"}
 PASSAGES = {
     f"d{i}": text
