@@ -280,7 +280,8 @@ def test_cache_list_and_clear_through_the_cli(tmp_path, beir_folder, tiny_bert_d
 
 
 def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tiny_bert_dir, capsys):
-    """Embeddings, a FAISS index over them, a BM25 index and an ONNX export, all in one listing."""
+    """Embeddings, a FAISS index over them, a BM25 index, an ONNX export and the exact-runtime verdict
+    (kept on its own, reused by every model of the same architecture), all in one listing."""
     cache_dir = tmp_path / "cache"
     dataset = load_dataset(beir_folder, "test")
     encoder = build_encoder(
@@ -293,9 +294,11 @@ def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tin
     (cache_dir / "bm25" / ".half-written.abc.tmp").mkdir()  # what a killed BM25 build leaves
 
     entries = cache_entries(cache_dir)
-    assert sorted(entry.kind for entry in entries) == ["bm25", "embeddings", "faiss", "onnx"]
+    assert sorted(entry.kind for entry in entries) == ["bm25", "embeddings", "faiss", "onnx", "onnx"]
     assert all(entry.complete and entry.bytes > 0 for entry in entries)
-    by_kind = {entry.kind: entry for entry in entries}
+    verdicts = [entry for entry in entries if entry.path.name.startswith("exact-runtime-")]
+    assert len(verdicts) == 1 and verdicts[0].details["exact_check"]
+    by_kind = {entry.kind: entry for entry in entries if entry not in verdicts}
     assert by_kind["faiss"].path.parent == corpus.directory
     assert by_kind["bm25"].dataset == dataset.name and dataset.name.startswith("tinyset@")
     assert by_kind["bm25"].details["count"] == len(DOCS)
@@ -312,7 +315,7 @@ def test_cache_lists_and_clears_every_kind_with_sizes(tmp_path, beir_folder, tin
 
     assert main(["cache", "clear", "--leftovers", "--cache-dir", str(cache_dir)]) == 0
     assert "removed 0 entries and 1 leftover file(s)" in capsys.readouterr().out
-    assert len(cache_entries(cache_dir)) == 4 and not list(cache_dir.rglob("*.tmp"))
+    assert len(cache_entries(cache_dir)) == 5 and not list(cache_dir.rglob("*.tmp"))
     assert main(["cache", "clear", "--all", "--kind", "onnx", "--cache-dir", str(cache_dir)]) == 0
     assert sorted(entry.kind for entry in cache_entries(cache_dir)) == ["bm25", "embeddings", "faiss"]
     assert main(["cache", "clear", "--all", "--cache-dir", str(cache_dir)]) == 0

@@ -151,3 +151,19 @@ def test_a_task_owns_every_nth_shard() -> None:
     assert sorted(s for index in range(3) for s in slice_shards(7, index, 3)) == list(range(7))
     with pytest.raises(HarnessError):
         slice_shards(10, 4, 4)
+
+
+def test_a_released_encoder_frees_its_model_and_loads_it_again_when_asked(
+    tiny_st_dir: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    from harness.encoding.runtime_choice import build_encoder
+    from harness.models.resolve import resolve_model
+
+    encoder = build_encoder(resolve_model(str(tiny_st_dir)), device="cpu", runtime="onnx", cache_dir=tmp_path)
+    first = encoder.encode_queries(["dna", "gene and virus"])
+    assert encoder.loaded.sessions == ["onnx"] and encoder.loaded.weights.st_model is not None
+    encoder.release()
+    assert encoder.loaded.sessions == [] and encoder.loaded.weights.st_model is None
+    np.testing.assert_array_equal(encoder.encode_queries(["dna", "gene and virus"]), first)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tiny_bert import tiny_record
 
-from harness.encoding import runtime_checks, runtime_choice
+from harness.encoding import exact_runtime, runtime_checks, runtime_choice
 from harness.encoding.encoder import Encoder
 from harness.encoding.onnx_quantize import int8_settings
 from harness.encoding.runtime import RuntimeChoice
@@ -56,8 +56,10 @@ def test_settings_and_describe_do_no_io_and_no_timing(tiny, tmp_path: Path, labe
     with pytest.MonkeyPatch.context() as patch:
         for module, name in [(builtins, "open"), (io, "open"), (time, "perf_counter"), (time, "time")]:
             patch.setattr(module, name, _refuse)
-        for name in ("load_exact_check", "load_approximate_check", "run_exact_check", "run_approximate_check"):
+        for name in ("load_approximate_check", "run_approximate_check"):
             patch.setattr(runtime_checks, name, _refuse)
+        for name in ("load_choice", "load_verification", "run_exact_check"):
+            patch.setattr(exact_runtime, name, _refuse)
         patch.setattr(runtime_choice, "settle_exact", _refuse)
         settings, described = encoder.settings(), encoder.describe()
         assert (encoder.settings(), encoder.describe()) == (settings, described)  # same state, same answer
@@ -97,9 +99,11 @@ def test_a_pending_exact_choice_is_settled_by_the_first_batch_only(tiny, tmp_pat
     assert encoder.loaded.weights.st_model is None  # the key needs no model and no check
     vectors = encoder.encode_queries(TEXTS)
     chosen = encoder.choice.active
-    assert chosen in ("torch", "onnx", "onnx-fused") and encoder.describe()["label"] == f"exact ({chosen}) fp32"
+    assert (
+        chosen in ("torch", "onnx", "onnx-fused") and encoder.describe()["label"] == f"exact ({chosen}) fp32"
+    )
     assert encoder.settings() == settings  # exact vectors equal torch fp32: the key is the same
-    monkeypatch.setattr(runtime_checks, "run_exact_check", _refuse)
+    monkeypatch.setattr(exact_runtime, "run_exact_check", _refuse)
     recorded = build_encoder(tiny, device="cpu", cache_dir=tmp_path)  # the recorded check, at build time
     assert recorded.choice.settled and recorded.choice.active == chosen
     np.testing.assert_allclose(recorded.encode_queries(TEXTS), vectors, atol=1e-6)

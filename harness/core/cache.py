@@ -253,7 +253,9 @@ def _onnx_entries(root: Path) -> list[CacheEntry]:
                 key=_text((record or {}).get("key")) or directory.name.rsplit("__", 1)[-1],
                 path=directory,
                 bytes=_size(directory),
-                complete=record is not None and (directory / "model.onnx").is_file(),
+                # A runtime choice kept without its export (torch won) is a complete entry of its own.
+                complete=(record is not None and (directory / "model.onnx").is_file())
+                or (record is None and (directory / EXACT_CHECK).is_file()),
                 model=directory.name.rsplit("__", 1)[0],
                 details={"exact_check": (directory / EXACT_CHECK).is_file()},
             )

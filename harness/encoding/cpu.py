@@ -11,8 +11,19 @@ import functools
 
 # The /proc/cpuinfo flags that decide how fast, and how exactly, int8 and bf16 run here.
 RELEVANT_CPU_FLAGS = (
-    "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
-    "amx_tile", "amx_int8", "amx_bf16", "asimddp", "i8mm", "bf16",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "asimddp",
+    "i8mm",
+    "bf16",
 )
 _INT8_DOT_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm"}
 
@@ -30,6 +41,21 @@ def cpu_flags() -> frozenset[str]:
             )
     except OSError:
         return frozenset()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (``model name`` of /proc/cpuinfo, else ``platform.processor()``, else unknown)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
 
 
 def relevant_cpu_flags(flags: frozenset[str] | None = None) -> list[str]:

@@ -18,6 +18,7 @@ shards and nothing else, so several processes or Ray workers can fill one entry 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import itertools
@@ -63,6 +64,9 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 # ---- writing into the cache: a full device is said as such, and leaves nothing half-written ------------
 
+# Documents read and encoded at once within a shard: the texts held (and the tokenizer's window over
+# them) stay this size however large the shard; 4,096 scifact-length texts are ~6 MB.
+ENCODE_CHUNK_DOCS = 4096
 _NPY_HEADER = 128  # bytes numpy writes before a 2-D float32 array's data
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _SLACK = 1 << 20  # block rounding and metadata: a write this close to the free space may fail for lack of it
@@ -196,13 +200,13 @@ def encode_corpus_shards(job: ShardJob, shard_indices: Iterable[int]) -> list[di
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for index, docs in _shard_documents(dataset, sorted(wanted), job.shard_size):
-        if not docs:
+        started = time.perf_counter()
+        ids, vectors = _encode_in_chunks(job, docs)
+        if not ids:
             raise HarnessError(
                 f"corpus of {dataset.name} ended before shard {index}; it changed while encoding"
             )
-        started = time.perf_counter()
-        vectors = job.encoder.encode_documents(docs, progress=job.progress)
-        meta = write_shard(directory, index, [doc.id for doc in docs], vectors, time.perf_counter() - started)
+        meta = write_shard(directory, index, ids, vectors, time.perf_counter() - started)
         meta.pop("ids")
         written.append(meta)
         if job.on_shard is not None:
@@ -210,21 +214,42 @@ def encode_corpus_shards(job: ShardJob, shard_indices: Iterable[int]) -> list[di
     return written
 
 
-def _shard_documents(dataset: CorpusSource, wanted: list[int], shard_size: int) -> Iterator[tuple[int, list]]:
-    """``(index, documents)`` of each wanted shard (sorted), seeking when shards are skipped."""
+def _encode_in_chunks(job: ShardJob, docs: Iterator) -> tuple[list[str], np.ndarray]:
+    """One shard's ids and vectors, its documents read and encoded ``ENCODE_CHUNK_DOCS`` at a time, so
+    the texts held at once do not grow with the shard (up to 50,000 documents of a large corpus). The
+    vectors go straight into one array the size of a full shard: pages past a short last shard are never
+    touched, so they cost no memory."""
+    ids: list[str] = []
+    vectors: np.ndarray | None = None
+    while chunk := list(itertools.islice(docs, ENCODE_CHUNK_DOCS)):
+        encoded = job.encoder.encode_documents(chunk, progress=job.progress)
+        if vectors is None:
+            vectors = np.empty((job.shard_size, encoded.shape[1]), dtype=np.float32)
+        vectors[len(ids) : len(ids) + len(chunk)] = encoded
+        ids.extend(doc.id for doc in chunk)
+    return ids, (vectors[: len(ids)] if vectors is not None else np.empty((0, 0), dtype=np.float32))
+
+
+def _shard_documents(
+    dataset: CorpusSource, wanted: list[int], shard_size: int
+) -> Iterator[tuple[int, Iterator]]:
+    """``(index, documents)`` of each wanted shard (sorted), seeking when shards are skipped. Each shard's
+    documents are an iterator, to be read to its end before the next shard is asked for."""
     starts = None
     if wanted != list(range(len(wanted))):
         starts = dataset.shard_starts(shard_size)  # None for gzip: stream instead
     if starts is not None:
         for index in wanted:
             documents = dataset.iter_documents(starts[index]) if index < len(starts) else iter(())
-            yield index, list(itertools.islice(documents, shard_size))
+            yield index, itertools.islice(documents, shard_size)
         return
     documents, chosen = iter(dataset.iter_documents()), set(wanted)
     for index in range(wanted[-1] + 1):
-        docs = list(itertools.islice(documents, shard_size))
+        docs = itertools.islice(documents, shard_size)
         if index in chosen:
             yield index, docs
+        else:
+            collections.deque(docs, maxlen=0)  # skip the shard's documents without holding them
 
 
 class ShardedEmbeddings:

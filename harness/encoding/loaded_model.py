@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.encoding import onnx_quantize
+from harness.encoding.memory import give_memory_back
 from harness.encoding.onnx_export import ensure_exported, transformer_module
 from harness.encoding.onnx_session import OnnxTransformer
 from harness.models.resolve import ResolvedModel
@@ -174,22 +175,58 @@ class LoadedModel:
         weights = self.weights if same else None
         return LoadedModel(self.model, self.device, dtype, self.cache_dir, quantization, weights)
 
+    def graph(self, fused: bool = False) -> Path:
+        """The onnx graph this precision computes with: the export, its int8 version, or (``fused``) its
+        fused one, each made once and kept in the cache. Making one briefly holds several copies of the
+        model (the fusion above all), so that memory is given back before anything else is loaded.
+        """
+        graph, export = ensure_exported(self.load(), self.model, self.cache_dir)
+        self.onnx_export = {**export, **(self.onnx_export or {})}
+        if self.dtype == "int8":
+            graph, record = onnx_quantize.ensure_quantized(graph, self.quantization)
+            self.onnx_export["quantization"] = record
+        elif fused:
+            config = transformer_config(self.load())
+            graph, record = onnx_quantize.ensure_fused(graph, config.num_attention_heads, config.hidden_size)
+            self.onnx_export["fused"] = record
+        give_memory_back()
+        return graph
+
     def session(self, fused: bool = False) -> OnnxTransformer:
-        """The onnxruntime session: the exported graph, its int8 version, or (``fused``) its fused one."""
+        """The onnxruntime session over ``graph(fused)``, built on first use and shared by every stream."""
         if fused not in self._sessions:
-            graph, export = ensure_exported(self.load(), self.model, self.cache_dir)
-            self.onnx_export = {**export, **(self.onnx_export or {})}
-            if self.dtype == "int8":
-                graph, record = onnx_quantize.ensure_quantized(graph, self.quantization)
-                self.onnx_export["quantization"] = record
-            elif fused:
-                config = transformer_config(self.load())
-                graph, record = onnx_quantize.ensure_fused(
-                    graph, config.num_attention_heads, config.hidden_size
-                )
-                self.onnx_export["fused"] = record
-            self._sessions[fused] = OnnxTransformer(graph)
+            self._sessions[fused] = OnnxTransformer(self.graph(fused))
         return self._sessions[fused]
+
+    @property
+    def sessions(self) -> list[str]:
+        """The onnx sessions built and not freed: ``onnx`` (plain) and/or ``onnx-fused``."""
+        return [("onnx-fused" if fused else "onnx") for fused in sorted(self._sessions)]
+
+    def drop_sessions(self, keep: bool | None = None) -> None:
+        """Free the onnx sessions (all but the ``keep`` one: True for the fused session, False for the
+        plain one), e.g. those a runtime check built for the runtimes it did not choose.
+        """
+        for fused in [fused for fused in self._sessions if fused is not keep]:
+            del self._sessions[fused]
+        give_memory_back()
+
+    def keep_only(self, runtime: str) -> None:
+        """Free what was built for runtimes other than ``runtime`` (torch, onnx or onnx-fused): the other
+        onnx sessions, and their graphs' records, which provenance would otherwise list.
+        """
+        fused = {"onnx": False, "onnx-fused": True}.get(runtime)
+        self.drop_sessions(keep=fused)
+        if fused is None:
+            self.onnx_export = None
+        elif not fused and self.onnx_export is not None:
+            self.onnx_export.pop("fused", None)
+
+    def release(self) -> None:
+        """Free the weights and sessions (after the last batch; a later use loads them again)."""
+        self._sessions.clear()
+        self.weights.st_model = None
+        give_memory_back()
 
 
 def transformer_config(st_model):

@@ -15,8 +15,12 @@ and loader, the opset, and the torch/transformers versions that produced the gra
         int8-<key>.json         how it was quantized, by which onnxruntime (written last)
         model-fused-<key>.onnx  fp32 with onnxruntime's transformer fusions (``onnx_quantize.ensure_fused``)
         fused-<key>.json        the fusion settings and what got fused
-        exact-check.json        the ``exact`` runtime's check for this model (``runtime_checks``)
+        exact-check.json        this model's vectors under the ``exact`` runtime's ONNX choice, compared
+                                with torch fp32 (``exact_runtime``; the choice itself is kept per
+                                architecture in ``<cache>/onnx/exact-runtime-<arch>__<key16>/``)
         check-<setting>.json    an approximate setting's check against torch fp32 (``runtime_checks``)
+
+When the ``exact`` check chooses torch, the graphs it exported for its candidates are removed again.
 """
 
 from __future__ import annotations

@@ -77,7 +77,12 @@ def plan_encoding(
     slots = plan_workers(encoder.device, workers, devices)
     if len(slots) > 1:
         return EncodingPlan(LocalPool(spec, slots))
-    details = {"executor": LOCAL_EXECUTOR, "workers": 1, "devices": [slots[0].device], "threads_per_worker": None}
+    details = {
+        "executor": LOCAL_EXECUTOR,
+        "workers": 1,
+        "devices": [slots[0].device],
+        "threads_per_worker": None,
+    }
     if slots[0].device == encoder.device:
         return EncodingPlan(InProcess(details))
     return EncodingPlan(InProcess(details, spec.build(slots[0].device)))

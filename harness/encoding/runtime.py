@@ -236,7 +236,9 @@ def check_int8_option(dtype: str, int8: str | None) -> None:
 def check_encoder_options(model: ResolvedModel, device: str | None, options: dict[str, Any]) -> None:
     """Refuse a runtime/precision the device cannot run, before any work (no-op for BM25 models)."""
     if not model.record.is_lexical:
-        _, dtype = resolve_runtime(model, pick_device(device), options.get("runtime"), options.get("precision"))
+        _, dtype = resolve_runtime(
+            model, pick_device(device), options.get("runtime"), options.get("precision")
+        )
         check_int8_option(dtype, options.get("int8"))
 
 

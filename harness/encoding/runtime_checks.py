@@ -1,9 +1,8 @@
-"""The runtime checks, each run once per model and recorded in the cache beside its export.
+"""The checks of how a runtime or precision computes, each run once and recorded in the cache.
 
-* The ``exact`` check: the torch fp32 and ONNX vectors of a fixed sample of texts are compared and
-  timed, and ``exact`` then means the fastest runtime whose vectors equal torch fp32 within
-  ``EXACT_TOLERANCE``.
-* The check of an approximate setting (int8, bf16, fp16): its vectors against torch fp32 on the same
+* The ``exact`` runtime's choice among torch, onnx and onnx-fused (``harness.encoding.exact_runtime``)
+  uses the fixed sample and the error measures here.
+* The check of an approximate setting (int8, bf16, fp16): its vectors against torch fp32 on the fixed
   sample; it passes when none moves further than ``APPROXIMATE_TOLERANCE``.
 * ``--precision fast``: the fastest setting among ``exact`` and the approximate ones that pass.
 
@@ -20,16 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.cache import CacheLayout, digest_of
+from harness.core.cache import digest_of
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, read_json_or_none
 from harness.encoding.cpu import int8_cpu_class
 from harness.encoding.onnx_export import export_folder, package_version
 
-# Largest relative L2 error ||v_onnx - v_torch|| / ||v_torch|| over the sample for ``exact``. ONNX
-# Runtime fp32 is ~1e-6 on MiniLM; bf16 is ~1e-2, so the two are far apart.
-EXACT_TOLERANCE = 1e-5
-EXACT_CHECK_FORMAT = 2
 APPROXIMATE_CHECK_FORMAT = 1
 # An approximate setting (int8, bf16, fp16) passes its check when no sample vector moves further than
 # this from torch fp32 (relative L2; for unit vectors 0.005 is a cosine of 0.9999875). Measured by
@@ -39,13 +34,13 @@ APPROXIMATE_CHECK_FORMAT = 1
 # swapping two documents near its top moves nDCG@10 by about 0.001, and noise of 0.001 already moves it
 # further in 11% of trials.
 APPROXIMATE_TOLERANCE = 0.005
-# Another runtime replaces the reference only when this much faster on the sample: on a near-tie the
-# reference's own vectors win, and timing noise on a busy machine does not flip the choice.
+# ``--precision fast`` takes an approximate setting over ``exact`` only when it is this much faster on
+# the sample: on a near-tie exact vectors win.
 EXACT_MIN_SPEEDUP = 1.1
 
 
 # --------------------------------------------------------------------------------------------
-# The ``exact`` runtime
+# The fixed sample and how far two sets of vectors are apart
 # --------------------------------------------------------------------------------------------
 
 _SAMPLE_SENTENCES = (
@@ -87,10 +82,6 @@ def check_sample(record) -> list[str]:
     ]
 
 
-def exact_check_path(cache_dir: str | Path, model) -> Path:
-    return CacheLayout.exact_check(export_folder(cache_dir, model)[0])
-
-
 def check_environment(device: str) -> dict[str, Any]:
     """What a recorded check is valid for: another device or library version means a new check.
 
@@ -102,16 +93,6 @@ def check_environment(device: str) -> dict[str, Any]:
         "onnxruntime": package_version("onnxruntime"),
         "torch": package_version("torch"),
     }
-
-
-def load_exact_check(cache_dir: str | Path, model, device: str) -> dict[str, Any] | None:
-    """The recorded check for this model, device kind and library versions, if there is one."""
-    record = read_json_or_none(exact_check_path(cache_dir, model))
-    if record is None or record.get("format") != EXACT_CHECK_FORMAT:
-        return None
-    if record.get("environment") != check_environment(device):
-        return None
-    return record
 
 
 def _row_errors(candidate: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -167,63 +148,6 @@ def _timed_rounds(
     return results, vectors
 
 
-def run_exact_check(
-    runners: dict[str, Callable[[], np.ndarray]],
-    *,
-    reference: str = "torch",
-    repeats: int = 2,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, Any]:
-    """Time each runner on the sample (interleaved, best of ``repeats``) and compare it to the reference;
-    choose the fastest runner whose vectors equal the reference's, the reference unless another is at
-    least ``EXACT_MIN_SPEEDUP`` times faster.
-
-    Timed by ``_timed_rounds`` (a first, untimed warm-up round); a runner that raises a ``HarnessError``
-    (e.g. an export that fails) is recorded as not usable.
-    Returns ``{"runtime": chosen, "candidates": {name: {seconds, relative_error, equal, error}}}``.
-    """
-    results, vectors = _timed_rounds(runners, repeats, clock)
-    if reference not in vectors:
-        raise HarnessError(f"the exact check could not run the {reference} reference: {results[reference]}")
-    for name, result in results.items():
-        if name in vectors:
-            error = relative_error(vectors[name], vectors[reference])
-            result["relative_error"] = error
-            result["equal"] = bool(error <= EXACT_TOLERANCE)
-        else:
-            result["equal"] = False
-
-    def effective_seconds(name: str) -> float:
-        seconds = results[name]["seconds"]
-        return seconds if name == reference else seconds * EXACT_MIN_SPEEDUP
-
-    usable = [name for name, result in results.items() if result["equal"]]
-    chosen = min(usable, key=effective_seconds)
-    return {
-        "runtime": chosen,
-        "tolerance": EXACT_TOLERANCE,
-        "min_speedup": EXACT_MIN_SPEEDUP,
-        "candidates": results,
-    }
-
-
-def save_exact_check(
-    cache_dir: str | Path, model, device: str, outcome: dict[str, Any], sample_size: int, threads: int
-) -> dict[str, Any]:
-    """Record the check's outcome; ``threads`` is the torch thread count the timed runs used."""
-    record = {
-        "format": EXACT_CHECK_FORMAT,
-        "model": model.record.name,
-        "environment": check_environment(device),
-        "threads": threads,
-        "sample_size": sample_size,
-        **outcome,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    atomic_write_json(exact_check_path(cache_dir, model), record)
-    return record
-
-
 # --------------------------------------------------------------------------------------------
 # The check of an approximate setting
 # --------------------------------------------------------------------------------------------
@@ -248,7 +172,9 @@ def run_approximate_check(
     """
     results, vectors = _timed_rounds({"reference": reference, "candidate": candidate}, repeats, clock)
     if "reference" not in vectors:
-        raise HarnessError(f"the precision check could not run torch fp32: {results['reference'].get('error')}")
+        raise HarnessError(
+            f"the precision check could not run torch fp32: {results['reference'].get('error')}"
+        )
     if "candidate" not in vectors:
         return {"passed": False, "error": results["candidate"]["error"], "tolerance": APPROXIMATE_TOLERANCE}
     measured = agreement(vectors["candidate"], vectors["reference"])
