@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # A plain `torch` requirement pulls a multi-GB CUDA build; pin the wheel explicitly.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,bm25,qa,onnx,ray
+# The tests need every extra; `make eval` only what its models use (BM25, and ONNX for the exact runtime).
+EXTRAS ?= dev,bm25,qa,onnx,ray,train,multivector,sparse
+EVAL_EXTRAS ?= bm25,onnx
+EVAL_STAMP := $(VENV)/.installed-eval
 
 DATASET ?= scifact
 MODEL   ?= sentence-transformers/all-MiniLM-L6-v2
@@ -18,9 +21,13 @@ ARGS    ?=
 HARNESS_BEIR_MIRROR ?= $(abspath $(wildcard ../shared/data/beir))
 export HARNESS_BEIR_MIRROR
 
-.PHONY: setup system-deps eval test test-fast lint table compare reproduce report bench clean
+.PHONY: setup setup-eval install system-deps eval test test-fast lint table compare reproduce report bench clean
 
+# Everything the tests need, Debian packages included (`make test`).
 setup: $(STAMP) system-deps
+
+# What evaluating, tables and reports need: Python packages only, no apt, no browser.
+setup-eval: $(EVAL_STAMP)
 
 # Debian packages the tests need and pip cannot give: WordNet 3.0 for METEOR's synonym stage (nltk's own
 # downloader needs the network) and Chromium to check the HTML report headless. Installed when running
@@ -39,31 +46,41 @@ system-deps:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml
+# The venv, the CPU torch wheel, then the package (editable) with INSTALL_EXTRAS.
+INSTALL_EXTRAS ?= $(EXTRAS)
+install:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[$(INSTALL_EXTRAS)]"
 
-eval: setup
+# The full install holds the evaluation's extras too, so it stamps both.
+$(STAMP): pyproject.toml
+	$(MAKE) --no-print-directory install INSTALL_EXTRAS=$(EXTRAS)
+	touch $(STAMP) $(EVAL_STAMP)
+
+$(EVAL_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; \
+	else $(MAKE) --no-print-directory install INSTALL_EXTRAS=$(EVAL_EXTRAS) && touch $@; fi
+
+eval: setup-eval
 	$(BIN)/harness eval --dataset $(DATASET) --model $(MODEL) --results-dir $(RESULTS) $(ARGS)
 
 # One table per metric, datasets down, models across (ARGS="--baseline MODEL --format latex" etc.).
-table: setup
+table: setup-eval
 	$(BIN)/harness table $(RESULTS) $(ARGS)
 
 # One self-contained HTML page: tables, charts and each run's provenance.
-report: setup
+report: setup-eval
 	$(BIN)/harness report $(RESULTS) $(ARGS)
 
 # Ours vs published numbers for a suite in harness/records/suites/; non-zero exit on any MISS.
-reproduce: setup
+reproduce: setup-eval
 	$(BIN)/harness reproduce $(SUITE) --results-dir $(RESULTS) $(ARGS)
 
 # The fine-tuning workflow: every model on every dataset, then a table with the first model as baseline.
 MODELS ?= $(MODEL)
-compare: setup
+compare: setup-eval
 	$(BIN)/harness eval --dataset $(DATASET) --model $(MODELS) --results-dir $(RESULTS) $(ARGS)
 	$(BIN)/harness table $(RESULTS) --datasets $(DATASET) --models $(MODELS) --baseline $(firstword $(MODELS))
 

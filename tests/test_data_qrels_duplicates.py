@@ -81,7 +81,8 @@ def test_eval_refuses_duplicates_by_default_and_keeps_the_last_grade_when_asked(
     assert not results.exists()
 
     assert main([*args, "--qrels-duplicates", "last"]) == 0
-    (folder,) = results.glob("toy@*/bm25")  # a home-made folder's results are keyed by its checksums
+    # A home-made folder's results are keyed by its checksums; a non-default rule keeps its own result.
+    (folder,) = results.glob("toy@*/bm25@qrels_duplicates=last")
     stored = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     assert stored["metrics"] == {"p@2": 1.0, "ndcg@10": 1.0}
     provenance = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))

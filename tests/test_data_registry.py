@@ -54,7 +54,7 @@ def _sources_tables(beir_mirror: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def test_registry_lists_every_public_beir_dataset_and_the_cqadupstack_forums():
-    registry = dataset_registry()
+    registry = sorted(name for name, record in dataset_registry().items() if record.url)  # the BEIR zips
     expected = BEIR_PUBLIC + [f"cqadupstack/{forum}" for forum in CQADUPSTACK_FORUMS]
     assert sorted(registry) == sorted(expected)
     assert expand_dataset_names(["cqadupstack"]) == [f"cqadupstack/{forum}" for forum in CQADUPSTACK_FORUMS]
@@ -62,7 +62,8 @@ def test_registry_lists_every_public_beir_dataset_and_the_cqadupstack_forums():
 
 
 def test_every_record_is_complete_and_consistent():
-    for name, record in dataset_registry().items():
+    beir = {name: record for name, record in dataset_registry().items() if record.url}
+    for name, record in beir.items():
         assert record.url.startswith(OFFICIAL) and record.url.endswith(".zip"), name
         assert re.fullmatch(r"[0-9a-f]{32}", record.md5 or ""), name
         assert record.eval_split == ("dev" if name == "msmarco" else "test"), name
@@ -70,13 +71,13 @@ def test_every_record_is_complete_and_consistent():
         assert set(record.counts[record.eval_split]) == {"docs", "queries", "qrels"}, name
         assert all(re.fullmatch(r"[0-9a-f]{64}", pin) for pin in record.files.values()), name
         assert record.drop_identical_ids == (name in {"arguana", "quora"}), name
-        if record.group == "cqadupstack":
+        if "cqadupstack" in record.groups:
             assert record.archive_name == "cqadupstack.zip" and record.archive_dir == name
         else:
             assert record.archive_name == f"{name}.zip" and record.archive_dir == name
             assert (record.hf_corpus, record.hf_qrels) == (f"BeIR/{name}", f"BeIR/{name}-qrels")
     # The BEIR README's CQADupStack row: 13,145 test queries over the 12 forums.
-    forums = [record for record in dataset_registry().values() if record.group == "cqadupstack"]
+    forums = [record for record in beir.values() if "cqadupstack" in record.groups]
     assert sum(record.counts["test"]["queries"] for record in forums) == 13145
 
 
@@ -165,3 +166,46 @@ def test_registry_typos_are_one_error_naming_file_and_key(
     assert main(["data", "list"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {tmp_path / 'datasets.yaml'}: {problem}\n"
+
+
+# ---- hub (MTEB-layout) records and benchmark groups (issue 30) --------------------------------------
+
+
+def _user_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "datasets.yaml").write_text("datasets:\n" + body, encoding="utf-8")
+    monkeypatch.setenv("HARNESS_CONFIG_DIR", str(config))
+
+
+def test_hub_record_needs_a_pinned_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_registry(
+        tmp_path, monkeypatch, "  toy:\n    hub: mteb/toy\n    splits: [test]\n    eval_split: test\n"
+    )
+    with pytest.raises(HarnessError, match=r"needs a pinned `hub_revision`") as error:
+        dataset_registry()
+    assert "datasets.yaml" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_record_needs_a_url_or_a_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _user_registry(tmp_path, monkeypatch, "  toy:\n    splits: [test]\n    eval_split: test\n")
+    with pytest.raises(HarnessError, match=r"needs a `url` \(BEIR zip\) or a `hub`"):
+        dataset_registry()
+
+
+def test_benchmark_groups_expand_and_unknown_names_suggest_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = "    hub: mteb/{0}\n    hub_revision: abc\n    splits: [test]\n    eval_split: test\n"
+    _user_registry(
+        tmp_path,
+        monkeypatch,
+        "  toy-a:\n" + hub.format("a") + "    group: [toy-bench, toy-other]\n"
+        "  toy-b:\n" + hub.format("b") + "    group: toy-bench\n"
+        "    hub_configs: {corpus: long_documents}\n    hub_layout: bright\n",
+    )
+    assert expand_dataset_names(["toy-bench"]) == ["toy-a", "toy-b"]
+    assert expand_dataset_names(["toy-other", "scifact"]) == ["toy-a", "scifact"]
+    assert get_dataset_record("toy-b").hub_configs == {"corpus": "long_documents"}
+    with pytest.raises(HarnessError, match=r"unknown dataset 'toy-bnch'; did you mean toy-bench"):
+        get_dataset_record("toy-bnch")

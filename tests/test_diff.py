@@ -118,10 +118,55 @@ def test_each_changed_setting_is_named_alone(bm25_result, tmp_path, capsys, sett
 def test_a_published_cell_names_the_conditions_its_source_states(bm25_result, capsys):
     # Pyserini's 2CR scores with trec_eval -c and drops identical ids; this run does neither.
     out = diff(capsys, bm25_result, "ref:pyserini-2cr:bm25-flat")
-    assert "2 recorded setting(s) differ" in out
     assert "  identical-id rule (drop hits whose id is the query's): A false | B true" in out
     assert "  averaging (-c: judged queries without results count as 0): A false | B true" in out
     assert "nDCG@10" in out and "0.6789" in out and "no per-query picture" in out
+
+
+def test_a_published_bm25_cell_names_every_setting_it_records(bm25_result, tmp_path, capsys):
+    # MTEB's bm25s (this run's settings) against pyserini's Lucene BM25 flat: k1, b, stemmer, tokenizer and
+    # title joining differ; what 2CR leaves unsaid is named as such, never counted as equal.
+    out = diff(capsys, bm25_result, "ref:pyserini-2cr:bm25-flat", "-o", str(tmp_path / "diff.json"))
+    lines = out.splitlines()
+    assert "7 recorded setting(s) differ and can move a number:" in lines
+    for line in (
+        "  model parameters [k1]: A 1.5 | B 0.9",
+        "  model parameters [b]: A 0.75 | B 0.4",
+        '  model parameters [stemmer]: A "english" | B "porter"',
+        '  title joining: A "\\n" | B " "',
+        '  model parameters [stopwords]: "en"',
+        '  model parameters [method]: "lucene"',
+        '  model kind: "bm25"',
+    ):
+        assert line in lines, line
+    assert any(line.startswith('  model parameters [token_pattern]: A "words" | B "Lucene') for line in lines)
+    recorded_by_b_only = next(line for line in lines if "recorded by the reference, not by A:" in line)
+    assert "model parameters [possessive]" in recorded_by_b_only and "[document_length]" in recorded_by_b_only
+    unrecorded = next(line for line in lines if line.startswith("the reference does not record: "))
+    assert "dataset checksum" in unrecorded and "library versions that change scores" in unrecorded
+    assert "model parameters [" not in unrecorded  # every key of A's parameters that 2CR states is compared
+    assert "note: B's model settings as pyserini-2cr states them: beir.yaml's bm25-flat command" in out
+    payload = json.loads((tmp_path / "diff.json").read_text())
+    assert payload["equal_settings"]["model parameters [lower]"] is True
+    assert "dataset checksum" in payload["not_recorded_by_b"]
+
+
+def test_mteb_bm25s_cell_records_the_harness_bm25_settings_exactly(bm25_result, capsys):
+    out = diff(capsys, bm25_result, "ref:mteb-results")
+    lines = out.splitlines()
+    # The only difference is MTEB's identical-id wording, which depends on the task: no model setting.
+    assert "1 recorded setting(s) differ and can move a number:" in lines
+    for key, value in (("k1", "1.5"), ("b", "0.75"), ("stemmer", '"english"'), ("token_pattern", '"words"')):
+        assert f"  model parameters [{key}]: {value}" in lines, key
+    assert '  title joining: "\\n"' in lines
+    assert "nDCG@10      0.6874   0.6874" in out  # the harness's bm25 is MTEB's baseline, to 4 decimals
+
+
+def test_a_reference_without_model_settings_says_so(bm25_result, capsys):
+    out = diff(capsys, bm25_result, "ref:pyserini-2cr:facebook/contriever")
+    assert "pyserini-2cr states no model settings for facebook/contriever" in out
+    unrecorded = next(line for line in out.splitlines() if line.startswith("the reference does not record: "))
+    assert "model parameters" in unrecorded and "title joining" in unrecorded
 
 
 def test_unknown_reference_is_one_error_line(bm25_result, capsys):

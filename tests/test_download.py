@@ -198,7 +198,10 @@ def test_connection_cut_midway_is_resumed_with_range(server: ZipServer, scifact_
 
 def test_dead_server_is_a_clear_error(tmp_path: Path):
     url = f"{_dead_url()}/scifact.zip"
-    with pytest.raises(DownloadError, match=r"Connection refused \(gave up after 2 attempt\(s\)\)"):
+    # A refused connection is not transient: one attempt, not two (issue 32).
+    with pytest.raises(
+        DownloadError, match=r"cannot reach host 127.0.0.1: connection refused; offline, point"
+    ):
         fetch_url(url, tmp_path / "scifact.zip", md5=None, attempts=2, backoff=0, progress=False)
     assert not list(tmp_path.iterdir())
 
@@ -220,7 +223,7 @@ def test_cli_download_from_dead_server_says_what_to_do(test_registry, tmp_path: 
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"error: could not get scifact: {dead}/scifact.zip: Connection refused")
+    assert err.startswith(f"error: could not get scifact: {dead}/scifact.zip: cannot reach host 127.0.0.1")
     assert "point --mirror / HARNESS_BEIR_MIRROR at a folder holding scifact.zip or scifact/" in err
     _assert_nothing_installed(tmp_path / "data")
 

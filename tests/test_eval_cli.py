@@ -87,7 +87,8 @@ def test_bm25_eval_end_to_end_and_reuse(tmp_path: Path, capsys, beir_mirror: Pat
     assert main(args) == 0
     assert "(reused)" in capsys.readouterr().out
     assert (folder / "metrics.json").stat().st_mtime_ns == stamp
-    # A setting that moves numbers (top-k) is not reused.
+    # A setting that moves numbers (top-k) is not reused, and keeps its own folder beside the default one.
     assert main([*args, "--top-k", "100"]) == 0
     assert "(reused)" not in capsys.readouterr().out
-    assert (folder / "metrics.json").stat().st_mtime_ns != stamp
+    assert (folder / "metrics.json").stat().st_mtime_ns == stamp
+    assert (folder.parent / "bm25@top_k=100" / "metrics.json").is_file()

@@ -483,8 +483,8 @@ def test_eval_compare_table_report_reproduce_run_then_reuse(
                 {
                     "kind": "compare",
                     "qrels": f"{dataset}/qrels/test.tsv",
-                    "baseline": "${runs}/bm25/run.trec",
-                    "others": ["${runs}/bm25-lucene/run.trec"],
+                    "baseline": "${runs}/bm25@top_k=10/run.trec",
+                    "others": ["${runs}/bm25-lucene@top_k=10/run.trec"],
                     "metrics": ["ndcg@10", "map"],
                     "n_resamples": 200,
                 },

@@ -145,8 +145,12 @@ def test_folder_with_weights_but_no_config_fails_in_one_line(tmp_path: Path, tin
 def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
     tiny_st_dir: Path, caplog: pytest.LogCaptureFixture
 ):
+    from harness.models import resolve
+
+    resolve._warn_once.cache_clear()  # once per process: another test may have resolved this folder
     with caplog.at_level(logging.WARNING, logger="harness.models.resolve"):
         model = resolve_model(str(tiny_st_dir))
+        resolve_model(str(tiny_st_dir))  # resolved again (the checks, the run, the table): no new warning
     record = model.record
     assert (record.kind, record.pooling, record.normalize, record.max_length) == (
         "sentence-transformers",
@@ -155,7 +159,9 @@ def test_unrecorded_folder_takes_sentence_transformers_config_and_warns(
         48,
     )
     assert (record.query_prefix, record.doc_prefix, record.similarity) == ("", "", "cosine")
-    warning = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    warning = warnings[0]
     for setting in (
         "kind=",
         "pooling=",
@@ -202,11 +208,21 @@ def test_hub_model_that_cannot_be_fetched_fails_in_one_line(tmp_path: Path, monk
         resolve_model("contriever")  # a registry record with no weights package: hub only
     message = _one_line(error)
     assert "cannot fetch model facebook/contriever" in message
-    assert "--model" in message and "folder" in message
+    # The advice keeps the record: its weights downloaded elsewhere, run under its own name.
+    assert "`hf download facebook/contriever --local-dir DIR`" in message
+    assert message.endswith("--model facebook/contriever --weights DIR")
 
     with pytest.raises(HarnessError) as error:
-        resolve_model("some-org/some-finetuned-model")
-    assert "cannot fetch model some-org/some-finetuned-model" in _one_line(error)
+        resolve_model("contriever-msmarco")  # a pinned record: the download names its revision
+    assert "`hf download facebook/contriever-msmarco --revision abe8c1493371369031bcb1e02acb754cf4e162fa" in (
+        _one_line(error)
+    )
+
+    with pytest.raises(HarnessError) as error:
+        resolve_model("some-org/some-finetuned-model")  # no record: the folder alone is the model
+    message = _one_line(error)
+    assert "cannot fetch model some-org/some-finetuned-model" in message
+    assert message.endswith("then pass the folder: --model DIR") and "--weights" not in message
 
 
 def test_unreachable_hub_fails_fast_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -222,7 +238,7 @@ def test_unreachable_hub_fails_fast_in_one_line(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(HarnessError) as error:
         resolve_model("thenlper/gte-small")
     message = _one_line(error)
-    assert "hub unreachable" in message and "--model DIR" in message
+    assert "hub unreachable" in message and "--model thenlper/gte-small --weights DIR" in message
     assert time.monotonic() - started < 30
 
 

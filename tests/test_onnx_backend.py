@@ -280,6 +280,11 @@ def test_cli_runtime_is_recorded_and_keys_the_result(tiny_st_dir: Path, tmp_path
     assert " onnx fp32 " in summary[-1]  # the result table says how the vectors were computed
 
     assert main([*common, "--runtime", "torch"]) == 0  # another runtime: not the stored result
+    onnx_folder = provenance_path.parent
+    assert onnx_folder.name.endswith("@runtime=onnx")  # each runtime keeps its own result
+    provenance_path = onnx_folder.with_name(onnx_folder.name.replace("@runtime=onnx", "@runtime=torch"))
+    provenance_path = provenance_path / "provenance.json"
+    assert (onnx_folder / "provenance.json").is_file()
     provenance = json.loads(provenance_path.read_text())
     assert provenance["retrieval"]["encoder"]["label"] == "torch fp32"
     out = capsys.readouterr().out

@@ -1,5 +1,6 @@
-"""The README's "Python API" examples run as shown: each ```python block, run from the repository root in a
-fresh interpreter, prints exactly the ```text block that follows it."""
+"""The Python API examples run as shown: each ```python block of the README's "Python API" section and of
+docs/python-api.md, run from the repository root in a fresh interpreter, prints exactly the ```text block
+that follows it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def _examples() -> list[tuple[str, str]]:
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     section = SECTION.search(text)
     assert section, "README.md has no '## Python API' section"
-    return EXAMPLE.findall(section.group(1))
+    page = (REPO_ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+    return EXAMPLE.findall(section.group(1)) + EXAMPLE.findall(page)
 
 
 def _marks(code: str) -> list[pytest.MarkDecorator]:

@@ -129,7 +129,7 @@ def test_a_tool_not_emulated_is_one_line_listing_the_tools(
         (["--as", "st-ir", "--metric", "bpref"], "--metric bpref: st-ir does not compute it; it computes"),
         (["--as", "bright", "--metric", "mrr@10"], "--metric mrr@10: bright does not compute it"),
         (["--metric", "ndcg@x"], "unknown metric 'ndcg@x'"),
-        (["--dataset", "arguanna"], "--dataset arguanna: not a known dataset; did you mean arguana?"),
+        (["--dataset", "arguanna"], "--dataset arguanna: not a known dataset; did you mean arguana"),
     ],
 )
 def test_bad_options_are_one_line(

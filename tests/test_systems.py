@@ -232,7 +232,7 @@ def test_eval_with_a_reranked_bm25_system(tmp_path, beir_mirror, tiny_cross_enco
     args += ["--cache-dir", str(tmp_path / "cache"), "--no-progress", "--device", "cpu"]
     assert main(args) == 0, capsys.readouterr().err
     folders = list((tmp_path / "results" / "scifact").iterdir())
-    assert [f.name for f in folders] == ["bm25__rerank-tiny-ce-d5"]
+    assert [f.name for f in folders] == ["bm25__rerank-tiny-ce-d5@top_k=20"]  # top 20: not the default
     provenance = json.loads((folders[0] / "provenance.json").read_text())
     rerank = provenance["config"]["system"]["rerank"]
     assert rerank["depth"] == 5 and rerank["identity"]["weights_hash"]

@@ -90,18 +90,13 @@ def test_markdown_marks_significance_bold_best_and_average(results_dir, truth, c
         "0.0000 ↓",
     ]
     assert md_row(ndcg, "nfcorpus") == [f"{truth['base_nfcorpus']:.4f}", "**1.0000** ↑", "–", "–"]
-    # The average covers only the dataset every model has, and carries no marks.
-    assert md_row(ndcg, "*average (1)*") == [
-        f"{truth['base_scifact']:.4f}",
-        "**1.0000**",
-        f"{truth['mixed_scifact']:.4f}",
-        "0.0000",
-    ]
+    # Only scifact has every model: an average over it alone would repeat its row, so there is none.
+    assert not any(line.startswith("| *average") for line in ndcg)
     legend = "\n".join(ndcg)
+    assert "No average row: nfcorpus lack(s) a result of some model, so only scifact has them all." in legend
     assert "significantly better / worse than base-model" in legend
     assert "permutation" in legend and "alpha = 0.05" in legend and "holm correction" in legend
     assert "over the 4 comparisons in this table" in legend  # 3 on scifact + 1 on nfcorpus
-    assert "Average leaves out nfcorpus" in legend
 
     recall = md_section(out, "Recall@100")
     # Pushing 10 unjudged docs in front keeps every scifact relevant doc in the top 100: a three-way tie.
@@ -185,9 +180,13 @@ def test_latex_uses_booktabs_bold_and_arrows(results_dir, truth, capsys):
         rf"scifact & {truth['base_scifact']:.4f} & \textbf{{1.0000}}$^{{\uparrow}}$ & "
         rf"{truth['mixed_scifact']:.4f} & 0.0000$^{{\downarrow}}$ \\"
     )
-    assert rf"Average (1) & {truth['base_scifact']:.4f} & \textbf{{1.0000}} &" in out
+    assert "Average (" not in out  # one dataset has every model: no average row
     assert "nfcorpus & " in out and " & -- & -- \\\\" in out
-    assert "base-model" in out and r"$\uparrow$" in out  # legend in the caption
+    # A one-sentence caption; the explanations in one block of notes under the tabular.
+    assert r"\caption{nDCG@10 per dataset, against base-model.}" in out
+    notes = out[out.index(r"\end{tabular}") : out.index(r"\end{table}")]
+    assert r"\begin{minipage}{\linewidth}\footnotesize" in notes
+    assert "significantly better / worse than base-model" in notes and r"$\uparrow$" in notes
 
 
 def test_json_carries_cells_legend_and_settings(results_dir, capsys):
@@ -267,7 +266,8 @@ def test_corrupt_and_other_version_results_are_reported_and_left_out(
     assert f"warning: skipped {malformed}:" in err and "per_query" in err
     section = md_section(out, "nDCG@10")
     assert md_row(section, "dataset") == ["base-model", "finetuned-model"]
-    assert md_row(section, "*average (1)*") == [f"{truth['base_scifact']:.4f}", "**1.0000**"]
+    assert md_row(section, "scifact") == [f"{truth['base_scifact']:.4f}", "**1.0000**"]
+    assert not any(line.startswith("| *average") for line in section)  # one dataset: no average row
     assert str(corrupt) in out and str(old) in out  # listed under the tables too
 
 

@@ -23,6 +23,7 @@ from harness.api.cache_commands import (
     cache_clear,
     cache_list,
 )
+from harness.api.check_model_commands import CheckModelOptions, CheckModelResult, check_model
 from harness.api.command_result import Command, CommandGroup, CommandResult, StepOutcome
 from harness.api.commands import COMMAND_LINE, STEP_KINDS
 from harness.api.data_commands import (
@@ -91,6 +92,8 @@ __all__ = [
     "CacheClearOptions",
     "CacheClearResult",
     "CacheListOptions",
+    "CheckModelOptions",
+    "CheckModelResult",
     "CacheListResult",
     "Command",
     "CommandGroup",
@@ -144,6 +147,7 @@ __all__ = [
     "data_info",
     "data_list",
     "data_verify",
+    "check_model",
     "diff",
     "encode",
     "eval",

@@ -29,6 +29,11 @@ from harness.encoding.embedding_cache import (
     ShardedEmbeddings,  # one cached corpus, read shard by shard
     write_shard,  # writes one shard in the embedding cache's format
 )
+from harness.encoding.multivector import (
+    ShardedTokenVectors,  # a finished multivector corpus entry: token vectors shard by shard
+    TokenMatrices,  # many texts' token vectors as one array plus offsets
+    write_token_shard,  # write one shard of token vectors, checksummed
+)
 from harness.encoding.onnx_export import ensure_exported  # a model's ONNX graph, exported once to the cache
 from harness.encoding.onnx_quantize import (
     INT8_VARIANTS,  # the int8 quantization variants, by name
@@ -72,8 +77,25 @@ from harness.retrieval.dense import (
     search_index,  # top-k from an approximate index
     to_run,  # search output as a run {qid: {docid: score}}
 )
+from harness.retrieval.multivector import exact_search as maxsim_search  # exact MaxSim top-k, in chunks
+from harness.retrieval.sparse import (
+    SeismicSpec,  # seismic's index settings (--index seismic,...), for sparse records
+    build_seismic_index,  # a seismic index over sparse corpus vectors
+    exact_sparse_search,  # exact sparse dot-product top-k over corpus chunks, in trec_eval order
+    recall_against_exact,  # an index's recall@k against the exact ranking
+    seismic_search,  # top-k from a seismic index
+)
 
 __all__ = [
+    "SeismicSpec",
+    "build_seismic_index",
+    "exact_sparse_search",
+    "recall_against_exact",
+    "seismic_search",
+    "ShardedTokenVectors",
+    "TokenMatrices",
+    "write_token_shard",
+    "maxsim_search",
     "load_dataset",
     "read_qrels",
     "resolve_model",

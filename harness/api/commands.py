@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from harness.api import (
     cache_commands,
+    check_model_commands,
     data_commands,
     diff_commands,
     eval_commands,
@@ -31,6 +32,7 @@ COMMAND_LINE: tuple[Command | CommandGroup, ...] = (
     *view_commands.COMMANDS,
     eval_commands.REPRODUCE,
     *diff_commands.COMMANDS,
+    *check_model_commands.COMMANDS,
     *export_commands.COMMANDS,
 )
 

@@ -1,4 +1,5 @@
-"""``harness data list | info | download | verify``: the BEIR datasets of the registry and their local copies."""
+"""``harness data list | info | download | verify | subset | fidelity``: the BEIR datasets of the registry,
+their local copies, and reduced subsets of them with how well each predicts its full dataset."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 from harness.api.command_result import Command, CommandGroup, CommandResult
 from harness.api.shared_options import qrels_duplicates_option
 from harness.core.errors import HarnessError
-from harness.core.options import MAX_RETRIES, MAX_TIMEOUT, OptionsRecord, folder, option
-from harness.core.paths import default_data_dir
+from harness.core.options import INT32_MAX, MAX_RETRIES, MAX_TIMEOUT, SEED_MAX, OptionsRecord, folder, option
+from harness.core.paths import default_data_dir, default_results_dir
 from harness.core.text_table import text_table
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.dataset_registry import (
@@ -21,8 +22,27 @@ from harness.datasets.dataset_registry import (
     get_dataset_record,
 )
 from harness.datasets.download import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT, install_datasets
-from harness.datasets.prepare import env_mirror
+from harness.datasets.prepare import DEFAULT_SPLIT, env_mirror, open_dataset
+from harness.datasets.subset import (
+    SUBSET_POOL_DEPTH,
+    SUBSET_QUERIES,
+    SUBSET_SEED,
+    SubsetPool,
+    SubsetRecipe,
+    default_subset_folder,
+    derived_name,
+    judged_documents,
+    read_recipe,
+    sample_query_ids,
+    source_of,
+    verified_recipe,
+    write_subset,
+)
 from harness.datasets.verify import FileCheck, VerifyResult, installed_source, verify_named
+from harness.evaluation.metrics import HEADLINE_METRICS
+from harness.pipeline import EvalOptions
+from harness.reproduction.subset_pool import check_pool_retrievers, pool_documents, retriever_slug
+from harness.results.subset_fidelity import SubsetFidelity, SystemsOnBoth, results_on_both, subset_fidelity
 
 Echo = Callable[[str], Any] | None
 
@@ -156,7 +176,7 @@ class DataInfoResult(CommandResult):
         record = self.record
         lines = [
             f"{record.name}: {record.title}",
-            f"  url:                {record.url}",
+            f"  url:                {record.url or '-'}",
             f"  zip md5:            {record.md5 or '-'}",
             f"  zip sha256:         {record.sha256 or '-'}",
             f"  zip size:           {zip_size(record.bytes)}"
@@ -165,6 +185,8 @@ class DataInfoResult(CommandResult):
             f"  splits:             {', '.join(record.splits)} (papers report {record.eval_split})",
             f"  drop identical ids: {'yes' if record.drop_identical_ids else 'no'}",
             f"  hub copies:         {record.hf_corpus or '-'}, {record.hf_qrels or '-'}",
+            "  hub (MTEB layout):  "
+            + (f"{record.hub}@{record.hub_revision} ({record.hub_layout} layout)" if record.hub else "-"),
             f"  local copy:         {self.folder or 'not downloaded'}",
             "  expected counts:",
         ]
@@ -399,12 +421,311 @@ def _verify_json(result: VerifyResult) -> dict[str, Any]:
     }
 
 
+# -------------------------------------------------------------------------------------- subset
+
+
+class _Subset(OptionsRecord):
+    dataset: str = option(positional=True, metavar="DATASET", help="registry name, BEIR folder or hf: spec")
+    queries: int = option(
+        SUBSET_QUERIES,
+        flags=("--queries", "-n"),
+        low=1,
+        high=INT32_MAX,
+        metavar="N",
+        help="judged queries to sample (default: %(default)s, as NanoBEIR)",
+    )
+    seed: int = option(
+        SUBSET_SEED, low=0, high=SEED_MAX, help="seed of the query sample (default: %(default)s)"
+    )
+    pool_from: list[str] = option(
+        default_factory=list,
+        nargs="+",
+        metavar="MODEL",
+        help="retrievers whose top --pool-depth per sampled query join the judged documents (each run "
+        "through the pipeline on the full dataset, stored results reused), e.g. bm25 minilm",
+    )
+    pool_depth: int = option(
+        SUBSET_POOL_DEPTH, low=1, high=INT32_MAX, metavar="K", help="documents pooled per query and retriever"
+    )
+    output: Path | None = option(
+        None,
+        parse=folder,
+        role="output",
+        metavar="DIR",
+        help="folder to write the subset into (default: DATA_DIR/subsets/<subset name>); an existing one "
+        "is reused only when it holds this very subset",
+    )
+
+
+class DataSubsetOptions(EvalOptions, _Subset):
+    """``harness data subset DATASET``: N sampled queries, their judged documents and a pool, as a BEIR folder.
+
+    The pipeline's options (:class:`~harness.pipeline.EvalOptions`: ``split``, folders, ``batch_size``...)
+    are those the pool retrievers run with; ``split`` is also the split the queries are drawn from.
+    """
+
+
+@dataclass
+class DataSubsetResult(CommandResult):
+    """The subset's folder and recipe; ``reused`` when the folder already held this very subset."""
+
+    folder: Path
+    recipe: SubsetRecipe
+    reused: bool
+    judged_docs: int
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "folder": str(self.folder),
+            "reused": self.reused,
+            "recipe": self.recipe.model_dump(mode="json"),
+        }
+
+    def render(self) -> str:
+        recipe, source = self.recipe, self.recipe.source
+        counts = recipe.counts
+        pooled = ", ".join(f"{r.label} top-{recipe.pool.depth}: {r.docs:,}" for r in recipe.pool.retrievers)
+        return "\n".join(
+            [
+                f"{recipe.name}: {counts.get('queries', 0):,} of {source.queries:,} queries of {source.name} "
+                f"(split {recipe.split}, seed {recipe.seed}), {counts.get('docs', 0):,} of {source.docs:,} "
+                f"documents, {counts.get('qrels', 0):,} qrels rows",
+                f"  documents judged for the sampled queries: {self.judged_docs:,}"
+                + (f"; pooled: {pooled}" if pooled else "; no pool"),
+                f"  {'reused' if self.reused else 'written'}: {self.folder}",
+                f"  evaluate on it: harness eval --dataset {self.folder} --model MODEL"
+                + (f" --split {recipe.split}" if recipe.split != DEFAULT_SPLIT else ""),
+            ]
+        )
+
+
+def data_subset(options: DataSubsetOptions | None = None, /, **values: Any) -> DataSubsetResult:
+    """Build a reduced copy of a dataset that stands in for it: ``queries`` judged queries of ``split``
+    sampled with ``seed``, the corpus cut to their judged documents plus the top ``pool_depth`` of each
+    ``pool_from`` retriever (run through the pipeline on the full dataset, stored results reused).
+
+    Written as a BEIR folder with its recipe ``subset.json`` (source name and checksums, seed, pool
+    results' identities, sampled ids, the subset's own sha256s); named ``scifact~q50-s13-bm25@100`` so
+    its results never pass for the full dataset's. E.g. ``data_subset(dataset="scifact", pool_from=["bm25"])``.
+    Refused in one line: more queries than the split has, a split the dataset lacks, an unknown
+    retriever, an output folder that holds anything but this very subset.
+    """
+    options = DataSubsetOptions.coerce(options, values)
+    notes = check_pool_retrievers(options.dataset, options.pool_from, options)
+    dataset = open_dataset(options.dataset, options.data_settings())
+    query_ids = sample_query_ids(dataset, options.queries, options.seed)
+    split = dataset.split if dataset.split != _reported_split(dataset) else None
+    name = derived_name(
+        dataset.name,
+        queries=options.queries,
+        seed=options.seed,
+        pool=[retriever_slug(spec, options) for spec in options.pool_from],
+        depth=options.pool_depth,
+        split=split,
+    )
+    dest = options.output or default_subset_folder(options.data_dir, name)
+    earlier = _earlier_subset(dest, name)
+    pool = pool_documents(options.dataset, options.pool_from, options.pool_depth, query_ids, options)
+    recipe = SubsetRecipe(
+        name=name,
+        source=source_of(dataset, options.dataset),
+        split=dataset.split,
+        seed=options.seed,
+        queries=options.queries,
+        pool=SubsetPool(depth=options.pool_depth, retrievers=pool.retrievers),
+        query_ids=query_ids,
+    )
+    judged = judged_documents(dataset, query_ids)
+    if earlier is not None:
+        if earlier.core() != recipe.core():
+            raise HarnessError(
+                f"{dest} holds another subset, {earlier.name}: its {_first_difference(earlier, recipe)} "
+                "differs; give another --output or remove that folder"
+            )
+        result = DataSubsetResult(folder=dest, recipe=earlier, reused=True, judged_docs=len(judged))
+    else:
+        written = write_subset(dataset, recipe, judged | pool.documents, dest)
+        result = DataSubsetResult(folder=dest, recipe=written, reused=False, judged_docs=len(judged))
+        result.paths.append(dest)
+    result.messages += [f"note: {note}" for note in [*notes, *pool.notes]]
+    return result
+
+
+def _reported_split(dataset: Any) -> str:
+    record = dataset_registry().get(dataset.name)
+    return record.eval_split if record is not None else DEFAULT_SPLIT
+
+
+def _earlier_subset(dest: Path, name: str) -> SubsetRecipe | None:
+    """The intact subset already in ``dest`` (None: nothing there); any other content is refused."""
+    if not dest.exists():
+        return None
+    if dest.is_dir() and not any(dest.iterdir()):
+        return None  # an empty folder holds nothing to keep: the subset takes its place
+    recipe = verified_recipe(dest) if dest.is_dir() else None
+    if recipe is None:
+        what = "changed since it was built" if read_recipe(dest) is not None else "not a subset"
+        raise HarnessError(
+            f"output folder {dest} exists and is {what}; give another --output for {name} (nothing is "
+            "overwritten)"
+        )
+    return recipe
+
+
+def _first_difference(earlier: SubsetRecipe, recipe: SubsetRecipe) -> str:
+    """What tells two recipes apart, the name (which follows from the rest) last: ``seed (1 there, 2 now)``."""
+    old, new = earlier.core(), recipe.core()
+    for key in sorted(new, key=lambda key: key == "name"):
+        if old.get(key) != new[key]:
+            scalar = isinstance(new[key], (str, int)) and isinstance(old.get(key), (str, int))
+            return f"{key} ({old.get(key)} there, {new[key]} now)" if scalar else key
+    return "its recipe"
+
+
+# ------------------------------------------------------------------------------------ fidelity
+
+
+class DataFidelityOptions(OptionsRecord):
+    """``harness data fidelity SUBSET``: how well a subset predicts its full dataset, from stored results."""
+
+    subset: str = option(
+        positional=True, metavar="SUBSET", help="a subset folder, or its name under DATA_DIR/subsets"
+    )
+    results_dir: Path | None = option(
+        None,
+        parse=folder,
+        role="input",
+        help="folder holding the results (default: env HARNESS_RESULTS_DIR or results/)",
+    )
+    metric: str = option(HEADLINE_METRICS[0], metavar="NAME", help="metric compared (default: %(default)s)")
+    data_dir: Path | None = data_dir_option()
+
+
+@dataclass
+class DataFidelityResult(CommandResult):
+    """The fidelity of one subset over the systems with results on it and on its full dataset."""
+
+    recipe: SubsetRecipe
+    metric: str
+    fidelity: SubsetFidelity
+    systems: SystemsOnBoth
+
+    def payload(self) -> dict[str, Any]:
+        fidelity = self.fidelity
+        flip = fidelity.largest_flip
+        return {
+            "subset": self.recipe.name,
+            "full": self.recipe.source.name,
+            "metric": self.metric,
+            "systems": len(fidelity.systems),
+            "kendall_tau_b": fidelity.tau,
+            "p_value": fidelity.p_value,
+            "tau_meaningful": fidelity.tau_meaningful,
+            "largest_flip": vars(flip) if flip else None,
+            "flips": len(fidelity.flips),
+            "mean_bias": fidelity.mean_bias,
+            "per_system": {
+                name: {"subset": fidelity.subset[name], "full": fidelity.full[name], "bias": bias}
+                for name, bias in fidelity.bias.items()
+            },
+        }
+
+    def render(self) -> str:
+        fidelity, recipe = self.fidelity, self.recipe
+        rows: list[tuple[str, ...]] = [("SYSTEM", "SUBSET", "FULL", "BIAS")]
+        rows += [
+            (name, f"{fidelity.subset[name]:.4f}", f"{fidelity.full[name]:.4f}", f"{bias:+.4f}")
+            for name, bias in fidelity.bias.items()
+        ]
+        count = len(fidelity.systems)
+        lines = [
+            f"{recipe.name} ({recipe.counts.get('queries', len(recipe.query_ids))} queries) predicting "
+            f"{recipe.source.name} ({recipe.source.queries} queries), {self.metric}, {count} systems",
+            *text_table(rows, right=(1, 2, 3)),
+            "",
+            _tau_line(fidelity),
+            _flip_line(fidelity),
+            f"metric bias (subset - full): mean {fidelity.mean_bias:+.4f}",
+        ]
+        return "\n".join(lines)
+
+
+def _tau_line(fidelity: SubsetFidelity) -> str:
+    count = len(fidelity.systems)
+    if fidelity.tau is None:
+        return f"Kendall tau-b: undefined over {count} system(s) (needs two systems with different scores)"
+    line = f"Kendall tau-b: {fidelity.tau:.3f} (p={fidelity.p_value:.3g}) over {count} systems"
+    return line if fidelity.tau_meaningful else f"{line}: not meaningful with fewer than 3 systems"
+
+
+def _flip_line(fidelity: SubsetFidelity) -> str:
+    flip = fidelity.largest_flip
+    if flip is None:
+        return "largest rank flip: none (the subset orders no pair against the full dataset)"
+    return (
+        f"largest rank flip: {flip.worse} above {flip.better} on the subset (by {-flip.subset_difference:.4f}), "
+        f"below it on the full dataset by {flip.full_difference:.4f} ({len(fidelity.flips)} flipped pair(s))"
+    )
+
+
+def data_fidelity(options: DataFidelityOptions | None = None, /, **values: Any) -> DataFidelityResult:
+    """How well a subset predicts its full dataset, from the results stored for both.
+
+    Every system (a result key: model and settings) with a result on the subset (recognised by its files'
+    checksums) and on the full dataset (its name and the checksums the recipe recorded) counts: Kendall's
+    tau-b between the two orders, the largest rank flip, the bias of ``metric`` (subset - full). E.g.
+    ``data_fidelity(subset="data/subsets/scifact~q50-s13-bm25@100").fidelity.tau``.
+    """
+    options = DataFidelityOptions.coerce(options, values)
+    folder_path = _subset_folder(options.subset, _data_dir(options.data_dir))
+    recipe = read_recipe(folder_path)
+    if recipe is None:
+        raise HarnessError(
+            f"{folder_path} has no subset.json: not a subset (`harness data subset` builds one)"
+        )
+    results_dir = options.results_dir or default_results_dir()
+    systems = results_on_both(results_dir, recipe, options.metric)
+    if not systems.full:
+        raise HarnessError(
+            f"no system has {options.metric} on both {recipe.name} and {recipe.source.name} in {results_dir}; "
+            f"evaluate models on both (harness eval --dataset {folder_path} --dataset {recipe.source.spec} "
+            "--model M..)"
+        )
+    fidelity = subset_fidelity(*systems.scores(options.metric))
+    result = DataFidelityResult(recipe=recipe, metric=options.metric, fidelity=fidelity, systems=systems)
+    if not fidelity.tau_meaningful:
+        result.messages.append(
+            f"warning: {len(fidelity.systems)} system(s) on both: Kendall tau is not meaningful below 3"
+        )
+    if systems.only_one_side:
+        result.messages.append(
+            f"note: with a result on one side only, left out: {', '.join(systems.only_one_side)}"
+        )
+    if systems.lacking_metric:
+        result.messages.append(
+            f"note: without {options.metric}, left out: {', '.join(systems.lacking_metric)}"
+        )
+    return result
+
+
+def _subset_folder(subset: str, data_dir: Path) -> Path:
+    path = Path(subset)
+    if path.is_dir():
+        return path
+    named = default_subset_folder(data_dir, subset)
+    if named.is_dir():
+        return named
+    raise HarnessError(
+        f"no subset {subset!r}: neither a folder nor {named} (`harness data subset` builds one)"
+    )
+
+
 DATA = CommandGroup(
     "data",
-    help="list, download and verify BEIR datasets",
+    help="list, download and verify BEIR datasets; build subsets and measure their fidelity",
     description="The BEIR datasets of the registry (harness/records/datasets.yaml + HARNESS_CONFIG_DIR): list "
     "them, show one, download them (mirrors first, checked against md5 and sha256 pins) and verify local "
-    "copies.",
+    "copies; build reduced subsets that stand in for a dataset, and measure how well each predicts it.",
     title="data commands",
     commands=(
         Command(
@@ -440,6 +761,27 @@ DATA = CommandGroup(
             "checksum status of each file, then documents, judged queries and qrels rows of the split "
             "compared with the registry. Exits non-zero on any mismatch or bad line.",
             echo=True,
+        ),
+        Command(
+            "subset",
+            DataSubsetOptions,
+            data_subset,
+            help="a reduced dataset: N sampled queries, their judged documents and a retrievers' pool",
+            description="Sample N judged queries of a dataset with a seed, cut the corpus to their judged "
+            "documents plus the top-k of each --pool-from retriever (run on the full dataset, stored results "
+            "reused), and write it as a BEIR folder with its recipe subset.json (source checksums, seed, pool "
+            "identities, sampled ids, its own sha256s). Its name (scifact~q50-s13-bm25@100) keeps its "
+            "results apart from the full dataset's; an identical request reuses the folder.",
+        ),
+        Command(
+            "fidelity",
+            DataFidelityOptions,
+            data_fidelity,
+            help="how well a subset predicts its full dataset (Kendall tau, largest rank flip, bias)",
+            description="From the results stored for both: every system evaluated on the subset and on its "
+            "full dataset, Kendall tau-b between the two orders (not meaningful below 3 systems), the largest "
+            "rank flip (the flipped pair with the biggest full-dataset difference) and the metric bias "
+            "(subset - full), per system and on average.",
         ),
     ),
 )

@@ -75,10 +75,13 @@ class DiffResult(CommandResult):
 def report_lines(report: DiffReport) -> list[str]:
     """The printed diff: both sides, differing settings, the metrics table, the per-query picture, notes."""
     lines = [f"A  {report.a}", f"B  {report.b}", "", *_protocol_lines(report.protocol)]
-    if report.protocol.only_a:
-        lines.append("  not recorded by B: " + ", ".join(report.protocol.only_a))
-    if report.protocol.only_b:
-        lines.append("  not recorded by A: " + ", ".join(report.protocol.only_b))
+    if report.b_is_reference:
+        lines += _reference_lines(report.protocol)
+    else:
+        if report.protocol.only_a:
+            lines.append("  not recorded by B: " + ", ".join(report.protocol.only_a))
+        if report.protocol.only_b:
+            lines.append("  not recorded by A: " + ", ".join(report.protocol.only_b))
     if report.metrics:
         lines += ["", *_metric_lines(report.metrics)]
     if report.per_query is not None:
@@ -146,6 +149,20 @@ def _protocol_lines(protocol: ProtocolDiff) -> list[str]:
                 lines.append(f"  {difference.setting} [{key}]: A {_short(a)} | B {_short(b)}")
         else:
             lines.append(f"  {difference.setting}: A {_short(difference.a)} | B {_short(difference.b)}")
+    return lines
+
+
+def _reference_lines(protocol: ProtocolDiff) -> list[str]:
+    """Every other setting the published cell records (equal to A's, or one A does not record), then the
+    settings it does not record: a setting it leaves out is unknown, not equal."""
+    lines = []
+    if protocol.equal:
+        lines.append(f"{len(protocol.equal)} setting(s) the reference records equal A's:")
+        lines += [f"  {setting}: {_short(value)}" for setting, value in protocol.equal.items()]
+    if protocol.only_b:
+        lines.append("  recorded by the reference, not by A: " + ", ".join(protocol.only_b))
+    if protocol.only_a:
+        lines.append("the reference does not record: " + ", ".join(protocol.only_a))
     return lines
 
 

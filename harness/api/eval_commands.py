@@ -34,16 +34,20 @@ from harness.encoding.shards import CorpusEncoding, SliceOutcome
 from harness.evaluation.judged import HEADLINE_K, judged_warning
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
 from harness.pipeline import EvalOptions, PairOutcome, check_inputs, load_inputs, run_pairs
-from harness.reproduction.references import references_option
+from harness.reproduction.references import display_path, references_option
 from harness.reproduction.suites import (
     MISS,
     OK,
     SKIPPED,
     ReproduceReport,
+    SuiteSummary,
     format_markdown,
+    format_suite_list,
     format_text,
+    list_suites,
     load_suite,
     run_suite,
+    select_conditions,
     write_markdown,
 )
 from harness.results.result_store import StoredResult
@@ -81,7 +85,8 @@ class EvalCommandOptions(EvalOptions, _EvalPairs):
     fuse: str | None = fuse_method_option("--fuse", group=SYSTEMS)
     rrf_k: int = rrf_k_option(group=SYSTEMS)
     norm: str | None = norm_option(group=SYSTEMS)
-    weights: list[float] | None = weights_option(group=SYSTEMS)
+    # --weights names the model's weights folder here (EvalOptions.model_weights), so fusion's are --fuse-weights.
+    weights: list[float] | None = weights_option(group=SYSTEMS, flags=("--fuse-weights",))
     fuse_depth: int | None = fuse_depth_option(group=SYSTEMS)
     rerank: str | None = option(
         None, metavar="MODEL", group=SYSTEMS, help="cross-encoder (folder or hub id) re-ranking each run"
@@ -126,7 +131,7 @@ class EvalResult(CommandResult):
     def summary(self) -> list[str]:
         """One line per pair: its headline metrics, and whether the result was reused."""
         return [
-            f"{result.dataset} x {result.model}: "
+            f"{result.dataset} x {result.label}: "
             + ", ".join(
                 f"{name} {result.metrics[name]:.4f}" for name in HEADLINE_METRICS if name in result.metrics
             )
@@ -159,9 +164,11 @@ def eval(
     outcomes, failures = run_pairs(options.dataset, systems, options)
     messages = [] if notify is not None else notes
     for outcome in outcomes:
-        warning = judged_warning(outcome.result.judged.get("mean") or {})
+        warning = judged_warning(
+            outcome.result.judged.get("mean") or {}, outcome.result.judged.get("ceiling")
+        )
         if warning:
-            messages.append(f"warning: {outcome.result.dataset} x {outcome.result.model}: {warning}")
+            messages.append(f"warning: {outcome.result.dataset} x {outcome.result.label}: {warning}")
     messages += [f"error: {failure}" for failure in failures]
     return EvalResult(
         outcomes=outcomes,
@@ -187,7 +194,7 @@ def summary_table(outcomes: list[PairOutcome]) -> list[str]:
         rows.append(
             (
                 result.dataset,
-                result.model,
+                result.label,
                 result.runtime_label,
                 values[0],
                 "-" if judged is None else f"{judged:.2f}",
@@ -202,6 +209,7 @@ def _result_summary(result: StoredResult) -> dict[str, Any]:
     return {
         "dataset": result.dataset,
         "model": result.model,
+        "label": result.label,
         "directory": str(result.directory),
         "run": str(result.run_path),
         "reused": result.reused,
@@ -332,7 +340,11 @@ def encode(options: EncodeOptions | None = None, /, **values: Any) -> EncodeResu
     if options.merge and options.shard is not None:  # the command line's parser refuses both already
         raise HarnessError("encode: give shard or merge, not both")
     dataset, model = load_inputs(
-        options.dataset, options.model, options.data_settings(), trust_remote_code=options.trust_remote_code
+        options.dataset,
+        options.model,
+        options.data_settings(),
+        trust_remote_code=options.trust_remote_code,
+        weights=options.model_weights,
     )
     job = CorpusEncoding.create(dataset, model, options.encoding_settings())
     if options.merge:
@@ -349,8 +361,29 @@ def encode(options: EncodeOptions | None = None, /, **values: Any) -> EncodeResu
 
 
 class _Suite(OptionsRecord):
-    suite: str = option(
-        positional=True, help="suite name (e.g. offline-smoke), a suite file, or a pyserini 2CR YAML file"
+    suite: str | None = option(
+        None,
+        positional=True,
+        nargs="?",
+        help="suite name (e.g. offline-smoke), a suite file, or a pyserini 2CR YAML file",
+    )
+    list_suites: bool = option(
+        False,
+        flags=["--list"],
+        action="store_true",
+        help="list the suites (shipped and HARNESS_CONFIG_DIR's) with their description and cell counts",
+    )
+    models: list[str] | None = option(
+        None, nargs="+", metavar="MODEL", help="run only the suite's conditions of these models (or aliases)"
+    )
+    datasets: list[str] | None = option(
+        None, nargs="+", metavar="DATASET", help="run only the suite's conditions on these datasets"
+    )
+    allow_skipped: bool = option(
+        False,
+        action="store_true",
+        help="exit 0 even when conditions are skipped: when none could run here (nothing reproduced) "
+        "or the suite sets fail_on_skip",
     )
     references: Path | None = references_option(
         "published numbers in place of the shipped references.yaml plus HARNESS_CONFIG_DIR's"
@@ -360,7 +393,36 @@ class _Suite(OptionsRecord):
 class ReproduceOptions(EvalOptions, _Suite):
     """``harness reproduce SUITE``: every condition of a suite run (or reused) and checked against its
     published numbers; ``references`` replaces the shipped references file. The pipeline's options are
-    :class:`EvalOptions`'s; a suite's own ``options`` override them per condition."""
+    :class:`EvalOptions`'s; a suite's own ``options`` override them per condition.
+
+    ``list_suites`` lists the suites instead; ``models`` / ``datasets`` run a subset of the suite's
+    conditions; ``allow_skipped`` lets SKIPPED conditions pass (a run with no OK and no MISS fails otherwise).
+    """
+
+
+@dataclass
+class SuiteListResult(CommandResult):
+    """``harness reproduce --list``: every suite with its description and cell counts."""
+
+    suites: list[SuiteSummary] = field(default_factory=list)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "suites": [
+                {
+                    "name": summary.name,
+                    "path": display_path(summary.path),
+                    "description": summary.description,
+                    "conditions": summary.conditions,
+                    "cells": summary.cells,
+                    "problem": summary.problem,
+                }
+                for summary in self.suites
+            ]
+        }
+
+    def render(self) -> str:
+        return format_suite_list(self.suites)
 
 
 @dataclass
@@ -400,15 +462,21 @@ class ReproduceResult(CommandResult):
         return [f"{status}: {self.report.count(status)}" for status in (OK, MISS, SKIPPED)]
 
 
-def reproduce(options: ReproduceOptions | None = None, /, **values: Any) -> ReproduceResult:
+def reproduce(options: ReproduceOptions | None = None, /, **values: Any) -> ReproduceResult | SuiteListResult:
     """Run a reproduction suite and compare every cell with its published number, as ``harness reproduce``.
 
     Conditions without a matching result run through the pipeline (cached embeddings and results are
     reused); one whose model or data cannot be obtained is SKIPPED. Writes RESULTS_DIR/reproduce-SUITE.md;
-    the exit code is 1 on any MISS (and on SKIPPED when the suite sets fail_on_skip).
+    the exit code is 1 on any MISS, when nothing was reproduced (every condition SKIPPED) and on SKIPPED
+    when the suite sets fail_on_skip -- the last two not with ``allow_skipped``. ``models`` / ``datasets``
+    keep a subset of the conditions; ``list_suites`` returns the suites instead (a SuiteListResult).
     Example: ``reproduce(suite="offline-smoke").report.count("OK")``.
     """
     options = ReproduceOptions.coerce(options, values)
+    if options.list_suites:
+        return SuiteListResult(suites=list_suites(options.references))
+    if options.suite is None:
+        raise HarnessError("name a suite (e.g. offline-smoke), or --list to see them")
     result = _run_suite(options)
     result.markdown = write_markdown(result.report, options.results_dir)
     result.paths.append(result.markdown)
@@ -416,7 +484,10 @@ def reproduce(options: ReproduceOptions | None = None, /, **values: Any) -> Repr
 
 
 def _run_suite(options: ReproduceOptions) -> ReproduceResult:
+    if options.suite is None:
+        raise HarnessError("reproduce: name a suite (e.g. offline-smoke), or --list to see them")
     suite = load_suite(options.suite, options.references)
+    suite = select_conditions(suite, options.models, options.datasets)
     results: list[StoredResult] = []
 
     def recording_run_eval(dataset: str, model: str, eval_options: EvalOptions) -> StoredResult:
@@ -424,7 +495,7 @@ def _run_suite(options: ReproduceOptions) -> ReproduceResult:
         results.append(pipeline.run_eval(dataset, model, eval_options))
         return results[-1]
 
-    report = run_suite(suite, options, run_eval=recording_run_eval)
+    report = run_suite(suite, options, run_eval=recording_run_eval, allow_skipped=options.allow_skipped)
     notes = [f"note: {note}" for note in suite.notes]
     return ReproduceResult(report=report, results=results, exit_code=report.exit_code, messages=notes)
 
@@ -476,7 +547,9 @@ REPRODUCE = Command(
     "mapped to it in records/pyserini_2cr.yaml), run every model x dataset condition "
     "that has no matching result yet (cached embeddings and results are reused), and print ours "
     "vs published with the difference and OK / MISS per cell; the same table is written to "
-    "RESULTS_DIR/reproduce-SUITE.md. Exits 1 on any MISS (and on SKIPPED when the suite sets "
-    "fail_on_skip); a condition whose model or data cannot be obtained is SKIPPED with the reason.",
+    "RESULTS_DIR/reproduce-SUITE.md. A condition whose model or data cannot be obtained is SKIPPED with "
+    "the reason. Exits 1 on any MISS, when nothing was reproduced (no OK and no MISS), and on SKIPPED when "
+    "the suite sets fail_on_skip; --allow-skipped accepts skipped conditions. --models / --datasets run a "
+    "subset of the suite's conditions; --list lists the suites.",
     step=reproduce_step,
 )

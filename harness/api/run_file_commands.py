@@ -45,7 +45,7 @@ from harness.evaluation.comparison import COMPARE_METRICS, PAIRING_RULE, Signifi
 from harness.evaluation.ir_metadata import Header, read_run_header, resources_section, run_header
 from harness.evaluation.metrics import EVALUATE_FAMILIES, PIPELINE_KS, Evaluation
 from harness.evaluation.metrics import evaluate as score_run
-from harness.evaluation.scoring_options import input_rules_option
+from harness.evaluation.scoring_options import METRIC_NAMES_HELP, input_rules_option
 from harness.evaluation.trec import (
     Run,
     RunColumns,
@@ -61,10 +61,7 @@ from harness.retrieval.fusion import fuse as fuse_runs
 from harness.retrieval.settings import RetrievalSettings
 from harness.retrieval.systems import fusion_from_options
 
-METRICS_HELP = (
-    "metric names, case-insensitive: ndcg[@k], recall@k, p@k (precision@k), map[@k], mrr[@k], rprec, bpref, "
-    "gmap, success@k, r_cap@k; a bare name that takes k expands over --ks"
-)
+METRICS_HELP = f"commas or spaces between names; {METRIC_NAMES_HELP}"
 FORMATS_HELP = (
     "QRELS is TREC `qid iter docid rel` or BEIR TSV `query-id corpus-id score` (header optional); runs are "
     "TREC `qid Q0 docid rank score tag`, columns after the tag ignored. ranx JSON ({qid: {docid: score}} "

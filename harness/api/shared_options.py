@@ -118,8 +118,10 @@ def norm_option(group: tuple[str, str | None] | None = None) -> Any:
     )
 
 
-def weights_option(group: tuple[str, str | None] | None = None) -> Any:
-    return option(None, nargs="+", metavar="W", help="interpolation: one weight per run/model", group=group)
+def weights_option(group: tuple[str, str | None] | None = None, flags: tuple[str, ...] = ()) -> Any:
+    return option(
+        None, nargs="+", metavar="W", flags=flags, help="interpolation: one weight per run/model", group=group
+    )
 
 
 def fuse_depth_option(group: tuple[str, str | None] | None = None) -> Any:

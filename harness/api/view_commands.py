@@ -23,10 +23,11 @@ from harness.core.options import MAX_DIGITS, OptionsRecord, option, output_file
 from harness.core.output_guard import check_output
 from harness.core.paths import default_results_dir
 from harness.evaluation.metrics import HEADLINE_METRICS
+from harness.evaluation.scoring_options import metrics_option
 from harness.reports.charts import write_charts
 from harness.reports.formats import FORMATS, render, tables_to_json
 from harness.reports.html import DEFAULT_TITLE, write_report
-from harness.reports.tables import TableSet, build_tables
+from harness.reports.tables import SHOWABLE, TableSet, build_tables
 from harness.reproduction.references import (
     model_aliases,
     published_results,
@@ -44,7 +45,7 @@ class ResultsViewOptions(OptionsRecord):
     ``datasets`` (rows) and ``models`` (columns) in the order given, ``baseline`` (the model every other is
     tested against: ``test``, ``n_resamples``, ``seed``, ``alpha``, ``correction``), ``digits`` printed,
     ``references`` (published cells shown as columns beside the models': a references YAML or an MTEB
-    results folder).
+    results folder), ``show`` (with a baseline, what cells show besides the value: ``delta``, ``p``).
     """
 
     results_dir: Path | None = option(
@@ -55,9 +56,7 @@ class ResultsViewOptions(OptionsRecord):
         role="input",
         help="folder holding <dataset>/<model>/metrics.json (default: env HARNESS_RESULTS_DIR or results/)",
     )
-    metrics: list[str] = option(
-        list(HEADLINE_METRICS), nargs="+", help="one table per metric (default: %(default)s)"
-    )
+    metrics: list[str] = metrics_option(list(HEADLINE_METRICS), "one table per metric (default: %(default)s)")
     datasets: list[str] | None = option(
         None, nargs="+", help="rows to show, in this order (default: all, sorted)"
     )
@@ -68,6 +67,14 @@ class ResultsViewOptions(OptionsRecord):
     )
     baseline: str | None = option(
         None, help="model every other column is tested against; marks significant differences"
+    )
+    show: list[str] | None = option(
+        None,
+        nargs="+",
+        metavar="WHAT",
+        help=f"with --baseline, also show in each cell: {', '.join(SHOWABLE)} (the difference from the "
+        "baseline, the corrected p of that difference), commas or spaces between them, e.g. --show delta,p "
+        "(default: the value and its significance mark only)",
     )
     test: str = paired_test_option()
     n_resamples: int = n_resamples_option()
@@ -109,6 +116,7 @@ def _tableset(
             significance=significance_of(options),
             digits=options.digits,
             ci=ci,
+            show=options.show or (),
         )
     except HarnessError as error:
         if not warnings:

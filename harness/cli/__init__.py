@@ -38,7 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
         "significance tests and reports.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show debug lines, and the libraries' own info and debug lines, each with its logger's name",
+    )
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     for entry in COMMANDS:
         if isinstance(entry, Command):
@@ -88,15 +93,68 @@ def _run(command: Command, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+_PREFIXES = {logging.DEBUG: "debug", logging.INFO: "note", logging.WARNING: "warning", logging.ERROR: "error"}
+
+
+class LogLineFormatter(logging.Formatter):
+    """``note: ...`` / ``warning: ...`` lines, as the commands' own messages read; the logger's name only
+    when ``with_names`` (--verbose), where it tells which library spoke."""
+
+    def __init__(self, *, with_names: bool) -> None:
+        super().__init__("%(message)s")
+        self.with_names = with_names
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = _PREFIXES.get(record.levelno) or ("error" if record.levelno > logging.ERROR else "debug")
+        name = f"{record.name}: " if self.with_names else ""
+        return f"{prefix}: {name}{super().format(record)}"
+
+
+class ProgressBarLogHandler(logging.Handler):
+    """Writes each log line with ``tqdm.write``: a running progress bar is cleared, the line printed above
+    it and the bar redrawn, instead of the line being written through the bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # as logging.StreamHandler: a failing log line must not stop the command
+            self.handleError(record)
+
+
+def _ours_or_loud(record: logging.LogRecord) -> bool:
+    """Without --verbose: the harness's notes, and only warnings and errors of the libraries (bm25s sets
+    its own logger to DEBUG, transformers and faiss log at INFO)."""
+    return record.levelno >= logging.WARNING or record.name == "harness" or record.name.startswith("harness.")
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """Log lines through the progress bars, prefixed as the commands' messages; debug lines and the
+    libraries' info only with ``verbose``. As ``logging.basicConfig``: a program that set up logging itself
+    (an application embedding the CLI, pytest) keeps its handlers."""
+    logging.getLogger("harness").setLevel(logging.DEBUG if verbose else logging.INFO)
+    root = logging.getLogger()
+    ours = [handler for handler in root.handlers if isinstance(handler, ProgressBarLogHandler)]
+    if len(ours) != len(root.handlers):
+        return
+    for handler in ours:  # an earlier main() in this process: replaced, so --verbose applies now
+        root.removeHandler(handler)
+    handler = ProgressBarLogHandler()
+    handler.setFormatter(LogLineFormatter(with_names=verbose))
+    if not verbose:
+        handler.addFilter(_ours_or_loud)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_request:  # --help, --version, or a wrong option already reported
         return exit_request.code if isinstance(exit_request.code, int) else 2
-    # Libraries (faiss, transformers) log chatter at INFO; show theirs from WARNING, ours from INFO.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("harness").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    configure_logging(verbose=args.verbose)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -55,6 +55,7 @@ class EvalDataset(CorpusSource, Protocol):
     split: str
     queries: Mapping[str, str]
     qrels: Mapping[str, Mapping[str, int]]
+    excluded_ids: Mapping[str, Sequence[str]]  # per query, removed from the ranking before scoring (BRIGHT)
 
 
 @runtime_checkable

@@ -33,6 +33,7 @@ from harness.datasets.dataset_registry import (
     SOURCE_FILE,
     dataset_registry,
 )
+from harness.datasets.hub_layout import EXCLUDED_IDS_DIR, read_excluded_ids
 from harness.datasets.qrels import DEFAULT_DUPLICATES, read_qrels
 
 log = logging.getLogger(__name__)
@@ -298,6 +299,10 @@ class BeirDataset:
     report: LoadReport = field(default_factory=LoadReport)
     qrels_duplicates: str = DEFAULT_DUPLICATES  # the policy the qrels were read with
     checksums: ChecksumStore = field(default_factory=ChecksumStore, repr=False)
+    # Per query, documents to remove from its ranking before scoring (BRIGHT's `excluded_ids`); read
+    # from ``excluded_ids/<split>.jsonl`` when the folder has one, else empty.
+    excluded_ids: dict[str, list[str]] = field(default_factory=dict)
+    excluded_ids_path: Path | None = None
     _num_docs: int | None = field(default=None, repr=False)
     _fingerprint: dict[str, str] | None = field(default=None, repr=False)
     _shard_starts: dict[int, list[tuple[int, int]] | None] = field(default_factory=dict, repr=False)
@@ -362,7 +367,7 @@ class BeirDataset:
     def fingerprint(self) -> dict[str, str]:
         """sha256 of the corpus, queries and qrels files, keyed by path relative to the dataset folder."""
         if self._fingerprint is None:
-            paths = [self.corpus_path, self.queries_path, self.qrels_path]
+            paths = [self.corpus_path, self.queries_path, self.qrels_path, self.excluded_ids_path]
             self._fingerprint = {
                 self._relative(path): self.checksums.sha256(self.root, os.path.relpath(path, self.root))
                 for path in paths
@@ -502,6 +507,8 @@ def load_dataset(
             "check that the queries and qrels files belong to the same dataset",
         )
     _warn_on_empty_query_texts(queries_path, queries)
+    excluded_ids_path = find_data_file(root, f"{EXCLUDED_IDS_DIR}/{split}.jsonl")
+    excluded_ids = read_excluded_ids(excluded_ids_path) if excluded_ids_path else {}
     dataset = BeirDataset(
         name=name,
         root=root,
@@ -515,6 +522,8 @@ def load_dataset(
         report=report,
         qrels_duplicates=qrels_duplicates,
         checksums=checksums,
+        excluded_ids={query_id: ids for query_id, ids in excluded_ids.items() if query_id in queries},
+        excluded_ids_path=excluded_ids_path,
         _num_docs=scan.num_docs,
     )
     if not named_by_caller:

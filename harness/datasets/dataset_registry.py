@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import model_validator
 
@@ -28,11 +28,29 @@ SOURCE_FILE = ".harness-source.json"
 REGISTRY_KEYS = {"version", "templates", "datasets"}
 
 
+# The configs of a hub dataset a record may rename (mteb's RetrievalDatasetLoader names).
+HUB_CONFIG_ROLES = ("corpus", "queries", "qrels")
+HubLayout = Literal["mteb", "bright"]
+
+
 class DatasetRecord(Record):
-    """One dataset of ``datasets.yaml``."""
+    """One dataset of ``datasets.yaml``: a BEIR zip (``url``) or a Hugging Face dataset (``hub``), or both.
+
+    Hub fields, as mteb's ``TaskMetadata.dataset`` and ``RetrievalDatasetLoader`` name them:
+    ``hub`` is the dataset repo (``mteb/scifact``), ``hub_revision`` the pinned commit; ``hub_layout``
+    ``mteb`` reads configs ``corpus`` / ``queries`` / ``default`` (qrels; ``qrels`` when there is no
+    ``default``), each prefixed ``<hub_config>-`` when ``hub_config`` is set (mteb's ``config``);
+    ``hub_configs`` renames any of them (``{corpus: long_documents}``). ``hub_layout: bright`` reads
+    BRIGHT's repo: ``hub_configs.corpus`` (``documents`` / ``long_documents``) and ``examples``, both
+    at split ``hub_split`` (the domain), ``hub_configs.qrels`` naming the examples' judged-ids field
+    (``gold_ids`` / ``gold_ids_long``) and each example's ``excluded_ids`` kept per query.
+    ``hub_split`` is the split to read when the hub names it otherwise than ``eval_split``. ``hub_files``
+    pins the hub files by their path in the repo (``corpus/corpus-00000-of-00001.parquet``: sha256), as
+    ``files`` pins the members of the BEIR zip.
+    """
 
     name: str
-    url: str
+    url: str | None = None
     md5: str | None = None
     splits: list[str]
     eval_split: str
@@ -43,20 +61,39 @@ class DatasetRecord(Record):
     sha256: str | None = None  # of the zip
     bytes: int | None = None  # of the zip, informational
     archive_dir: str = ""  # folder inside the zip holding the dataset
-    group: str | None = None  # e.g. "cqadupstack" for its forums
+    # The group(s) a name on the command line stands for: "cqadupstack", "mteb-eng-v2-retrieval", "bright".
+    group: str | list[str] | None = None
     hf_corpus: str | None = None
     hf_qrels: str | None = None
+    hub: str | None = None  # Hugging Face dataset repo in the MTEB layout, e.g. "mteb/scifact"
+    hub_revision: str | None = None  # the commit (or tag) it is read at; required with `hub`
+    hub_layout: HubLayout = "mteb"
+    hub_config: str | None = None  # mteb's `config`: configs are read as "<hub_config>-corpus", ...
+    hub_configs: dict[Literal["corpus", "queries", "qrels"], str] = {}  # explicit config names
+    hub_split: str | None = None  # the hub's split name when it is not eval_split (BRIGHT: the domain)
+    hub_files: dict[str, str] = {}  # path in the hub repo -> sha256 pin
 
     @model_validator(mode="after")
     def _eval_split_is_a_split(self) -> DatasetRecord:
         if self.eval_split not in self.splits:
             raise ValueError(f"eval_split {self.eval_split!r} not in splits {self.splits}")
+        if not self.url and not self.hub:
+            raise ValueError("needs a `url` (BEIR zip) or a `hub` (Hugging Face dataset repo)")
+        if self.hub and not self.hub_revision:
+            raise ValueError(f"hub {self.hub!r} needs a pinned `hub_revision` (a commit sha)")
         return self
 
     @property
+    def groups(self) -> list[str]:
+        """The group names this record belongs to (``group`` as a list)."""
+        if self.group is None:
+            return []
+        return [self.group] if isinstance(self.group, str) else list(self.group)
+
+    @property
     def archive_name(self) -> str:
-        """File name of the zip (``scifact.zip``; shared by the cqadupstack forums)."""
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
+        """File name of the zip (``scifact.zip``; shared by the cqadupstack forums); ``""`` for hub-only."""
+        return self.url.rstrip("/").rsplit("/", 1)[-1] if self.url else ""
 
     @property
     def required_files(self) -> list[str]:
@@ -107,20 +144,26 @@ def unknown_name_hint(name: str, candidates: list[str]) -> str:
     return "`harness data list` shows the known datasets"
 
 
+def known_names(registry: dict[str, DatasetRecord]) -> list[str]:
+    """Dataset names and group (benchmark) names, sorted: what a name on the command line may be."""
+    groups = {group for record in registry.values() for group in record.groups}
+    return sorted(set(registry) | groups)
+
+
 def get_dataset_record(name: str) -> DatasetRecord:
     """The registry entry for ``name``; an unknown name raises ``HarnessError`` with close matches."""
     registry = dataset_registry()
     if name in registry:
         return registry[name]
-    raise HarnessError(f"unknown dataset {name!r}; {unknown_name_hint(name, sorted(registry))}")
+    raise HarnessError(f"unknown dataset {name!r}; {unknown_name_hint(name, known_names(registry))}")
 
 
 def expand_dataset_names(names: list[str]) -> list[str]:
-    """Registry names with group names (``cqadupstack``) replaced by their members, order kept."""
+    """Registry names with group names (``cqadupstack``, ``bright``) replaced by their members, order kept."""
     registry = dataset_registry()
     expanded: list[str] = []
     for name in names:
-        members = [record.name for record in registry.values() if record.group == name]
+        members = [record.name for record in registry.values() if name in record.groups]
         for member in members or [name]:
             if member not in expanded:
                 expanded.append(member)

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import stat
 import time
 import zipfile
@@ -22,13 +23,23 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json
+from harness.core.fileio import atomic_write_json, file_digest
 from harness.core.staging import clean_stale, make_staging
 from harness.datasets.beir import load_dataset
 from harness.datasets.checksums import ChecksumStore
 from harness.datasets.dataset_registry import CORPUS_FILE, QRELS_DIR, QUERIES_FILE, SOURCE_FILE, DatasetRecord
+from harness.datasets.hub_layout import (
+    README_FILE,
+    HubReading,
+    config_files,
+    convert_to_beir,
+    is_hub_layout,
+    local_configs,
+    plan_files,
+)
 from harness.datasets.verify import check_pins, verify_dataset
 
 log = logging.getLogger(__name__)
@@ -38,6 +49,13 @@ CHUNK_SIZE = 1 << 20  # reading local files
 NETWORK_CHUNK_SIZE = 1 << 16  # small, so a cut connection loses little of what was received
 DEFAULT_ATTEMPTS = 3  # per URL, each resuming where the last one stopped
 DEFAULT_TIMEOUT = 30.0  # seconds without data before an attempt is given up
+HF_ENDPOINT_ENV = "HF_ENDPOINT"  # as huggingface_hub reads it: a mirror of the hub's HTTP API
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+MAX_LISTING_PAGES = 1000  # the hub pages a tree listing; a bound against a server that never stops
+OFFLINE_FIX = (
+    "offline, point --mirror / HARNESS_BEIR_MIRROR at a local copy, or --dataset at a local folder "
+    "(a hub dataset's folder as the hub lays it out), or HF_ENDPOINT at a reachable hub mirror"
+)
 
 
 class DownloadError(HarnessError):
@@ -48,6 +66,48 @@ class DownloadError(HarnessError):
         self.problem = problem
 
 
+class HostUnreachable(DownloadError):
+    """The host does not resolve or refuses connections: retrying cannot help, so nothing is retried."""
+
+
+# Host names that did not resolve in this process: later downloads (the next dataset, model pair...)
+# fail at once instead of waiting for the resolver again. Refused connections are not remembered:
+# a server may start listening later.
+_UNRESOLVED_HOSTS: set[str] = set()
+
+
+def _unreachable_reason(error: BaseException) -> str | None:
+    """'name does not resolve' / 'connection refused' when that is what ``error`` wraps, else None."""
+    from urllib3.exceptions import NameResolutionError
+
+    pending: list[BaseException] = [error]
+    seen: set[int] = set()
+    while pending and len(seen) < 50:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror | NameResolutionError):
+            return "name does not resolve"
+        if isinstance(current, ConnectionRefusedError):
+            return "connection refused"
+        inner = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        pending.extend(item for item in inner if isinstance(item, BaseException))
+    return None
+
+
+def _refuse_unreachable(url: str, error: BaseException | None = None) -> None:
+    """Raise ``HostUnreachable`` naming the host and the offline fix when ``url``'s host cannot be reached."""
+    host = urlsplit(url).hostname or url
+    reason = "name does not resolve (earlier in this run)" if host in _UNRESOLVED_HOSTS else None
+    if reason is None and error is not None:
+        reason = _unreachable_reason(error)
+        if reason == "name does not resolve":
+            _UNRESOLVED_HOSTS.add(host)
+    if reason is not None:
+        raise HostUnreachable(url, f"cannot reach host {host}: {reason}; {OFFLINE_FIX}")
+
+
 # ----------------------------------------------------------------------------------------- sources
 
 
@@ -55,11 +115,19 @@ class DownloadError(HarnessError):
 class Source:
     """One place a dataset may come from."""
 
-    kind: str  # "url" (a zip over HTTP), "zip" (a local zip), "folder" (an unpacked copy), "hub"
+    # "url" (a zip over HTTP), "zip" (a local zip), "folder" (an unpacked copy), "hub" (the hub, its
+    # HTTP API for a record with `hub`, else the `datasets` library), "hub-folder" (a local hub-layout copy)
+    kind: str
     location: str
 
     def describe(self) -> str:
-        labels = {"url": "", "zip": "local zip ", "folder": "local folder ", "hub": "Hugging Face hub "}
+        labels = {
+            "url": "",
+            "zip": "local zip ",
+            "folder": "local folder ",
+            "hub": "Hugging Face hub ",
+            "hub-folder": "local hub copy ",
+        }
         return f"{labels[self.kind]}{self.location}"
 
 
@@ -71,6 +139,22 @@ def parse_mirrors(mirror: str | list[str] | None) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
+def _mirror_sources(record: DatasetRecord, folder: Path) -> list[Source]:
+    """What a local mirror folder offers for ``record``: an unpacked BEIR copy, the zip, a hub-layout copy."""
+    sources: list[Source] = []
+    unpacked = folder / record.archive_dir
+    if record.hub:  # a copy as the hub lays it out: <mirror>/<owner>/<name>/ or <mirror>/<record folder>/
+        for candidate in (folder / record.hub, unpacked):
+            if candidate.is_dir() and is_hub_layout(candidate):
+                sources.append(Source("hub-folder", str(candidate)))
+                break
+    if unpacked.is_dir() and not any(source.location == str(unpacked) for source in sources):
+        sources.append(Source("folder", str(unpacked)))
+    if record.url and (folder / record.archive_name).is_file():
+        sources.append(Source("zip", str(folder / record.archive_name)))
+    return sources
+
+
 def plan_sources(
     record: DatasetRecord, mirrors: list[str], *, use_hub: bool = False
 ) -> tuple[list[Source], list[str]]:
@@ -79,18 +163,21 @@ def plan_sources(
     notes: list[str] = []
     for mirror in mirrors:
         if mirror.startswith(("http://", "https://")):
-            sources.append(Source("url", f"{mirror.rstrip('/')}/{record.archive_name}"))
+            if record.url:
+                sources.append(Source("url", f"{mirror.rstrip('/')}/{record.archive_name}"))
             continue
         folder = Path(mirror.removeprefix("file://")).expanduser()
-        unpacked, archive = folder / record.archive_dir, folder / record.archive_name
-        if unpacked.is_dir():
-            sources.append(Source("folder", str(unpacked)))
-        if archive.is_file():
-            sources.append(Source("zip", str(archive)))
-        if not unpacked.is_dir() and not archive.is_file():
-            notes.append(f"mirror {folder} has neither {record.archive_name} nor {record.archive_dir}/")
-    sources.append(Source("url", record.url))
-    if use_hub:
+        offered = _mirror_sources(record, folder)
+        sources += offered
+        if not offered:
+            wanted = [f"{record.archive_dir}/"] + ([record.archive_name] if record.url else [])
+            wanted += [f"{record.hub}/"] if record.hub else []
+            notes.append(f"mirror {folder} has none of {', '.join(wanted)}")
+    if record.url:
+        sources.append(Source("url", record.url))
+    if record.hub:  # pinned by revision and checked file by file, so always worth trying
+        sources.append(Source("hub", f"{record.hub}@{record.hub_revision}"))
+    elif use_hub:
         if record.hf_corpus and record.hf_qrels:
             sources.append(Source("hub", record.hf_corpus))
         else:
@@ -172,6 +259,7 @@ def fetch_url(
 
     if dest.is_file() and (md5 is None or _md5_of(dest).hexdigest() == md5):
         return dest  # kept from an earlier call (forums sharing the cqadupstack zip)
+    _refuse_unreachable(url)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     last_problem = "no attempt made"
@@ -192,6 +280,7 @@ def fetch_url(
                 requests.Timeout,
                 requests.exceptions.ChunkedEncodingError,
             ) as error:
+                _refuse_unreachable(url, error)  # DNS failure, refused: no retry can help
                 last_problem = _short_reason(error)
                 log.info("%s: attempt %d/%d failed (%s)", url, attempt, attempts, last_problem)
                 continue
@@ -295,6 +384,203 @@ def export_hub_copy(record: DatasetRecord, target: Path) -> None:
             handle.write("query-id\tcorpus-id\tscore\n")
             for row in rows:
                 handle.write(f"{row['query-id']}\t{row['corpus-id']}\t{int(row['score'])}\n")
+
+
+# ----------------------------------------------------------------------------- hub (MTEB layout)
+
+
+def hub_endpoint() -> str:
+    """The hub's HTTP endpoint: ``HF_ENDPOINT`` (a mirror) or https://huggingface.co."""
+    return (os.environ.get(HF_ENDPOINT_ENV) or DEFAULT_HUB_ENDPOINT).rstrip("/")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of a hub dataset repo as its tree listing describes it."""
+
+    path: str
+    size: int
+    sha256: str | None  # the LFS object id (data files); None for files kept in git
+    git_oid: str | None  # the git blob sha1 (every file)
+
+
+def _hub_get(session, url: str, what: str, *, timeout: float, attempts: int, backoff: float):
+    """GET ``url`` with retries for transient failures (timeouts, resets, 5xx, 429); a 4xx is one line."""
+    import requests
+
+    last_problem = "no attempt made"
+    for attempt in range(1, attempts + 1):
+        if attempt > 1 and backoff:
+            time.sleep(backoff * 2 ** (attempt - 2))
+        try:
+            response = session.get(url, timeout=timeout)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            _refuse_unreachable(url, error)
+            last_problem = _short_reason(error)
+            continue
+        if response.status_code < 400:
+            return response
+        last_problem = f"HTTP {response.status_code} {response.reason}"
+        if response.status_code in (401, 403, 404):
+            code = response.headers.get("X-Error-Code", "")
+            raise DownloadError(what, _hub_refusal(code, response.status_code))
+        if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+            break
+    raise DownloadError(what, f"{last_problem} (gave up after {attempt} attempt(s))")
+
+
+def _hub_refusal(code: str, status: int) -> str:
+    if code == "RevisionNotFound":
+        return "this revision does not exist; pin a commit sha listed on the dataset's page (Files, History)"
+    if code in ("RepoNotFound", "GatedRepo") or status in (401, 403):
+        return f"the dataset does not exist or is private/gated (HTTP {status}); check the repo id"
+    return f"not found (HTTP {status}); check the repo id and the revision"
+
+
+def list_hub_files(
+    repo: str, revision: str, *, endpoint: str, timeout: float, attempts: int, backoff: float
+) -> dict[str, HubFile]:
+    """Every file of ``repo`` at ``revision`` from the hub's tree API (following its pages)."""
+    import requests
+
+    what = f"hub dataset {repo}@{revision}"
+    url: str | None = f"{endpoint}/api/datasets/{repo}/tree/{quote(revision, safe='')}?recursive=true"
+    files: dict[str, HubFile] = {}
+    with requests.Session() as session:
+        for _ in range(MAX_LISTING_PAGES):
+            if url is None:
+                break
+            response = _hub_get(session, url, what, timeout=timeout, attempts=attempts, backoff=backoff)
+            try:
+                entries = response.json()
+            except ValueError:
+                raise DownloadError(what, f"{url} did not answer JSON (not a hub API endpoint?)") from None
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict) and entry.get("type") == "file" and "path" in entry:
+                    lfs = entry.get("lfs") if isinstance(entry.get("lfs"), dict) else {}
+                    files[entry["path"]] = HubFile(
+                        entry["path"], int(entry.get("size") or 0), lfs.get("oid"), entry.get("oid")
+                    )
+            url = response.links.get("next", {}).get("url")
+    if not files:
+        raise DownloadError(what, "the repo lists no files at this revision")
+    return files
+
+
+def _git_blob_sha1(path: Path) -> str:
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK_SIZE), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checked_sha256(path: Path, relative: str, pins: dict[str, str], listed: HubFile | None) -> str:
+    """The file's sha256 after checking it against its registry pin and what the hub listed for it."""
+    sha256 = file_digest(path, "sha256")
+    expected = pins.get(relative) or (listed.sha256 if listed else None)
+    if expected and sha256 != expected:
+        path.unlink(missing_ok=True)
+        raise DownloadError(
+            relative, f"{relative}: sha256 {sha256} is not the expected {expected} (corrupted or changed)"
+        )
+    if listed and not listed.sha256 and listed.git_oid and _git_blob_sha1(path) != listed.git_oid:
+        path.unlink(missing_ok=True)
+        raise DownloadError(
+            relative, f"{relative}: git blob id is not the listed {listed.git_oid} (corrupted)"
+        )
+    return sha256
+
+
+def fetch_hub_dataset(
+    record: DatasetRecord,
+    reading: HubReading,
+    raw: Path,
+    *,
+    endpoint: str,
+    attempts: int,
+    timeout: float,
+    backoff: float,
+    progress: bool,
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Download the files one split of ``record``'s hub dataset needs into ``raw`` (as the repo lays them
+    out), each checked; return the plan (role -> repo paths) and each file's sha256."""
+    assert record.hub and record.hub_revision
+    repo, revision = record.hub, record.hub_revision
+    listing = list_hub_files(
+        repo, revision, endpoint=endpoint, timeout=timeout, attempts=attempts, backoff=backoff
+    )
+    base = f"{endpoint}/datasets/{repo}/resolve/{quote(revision, safe='')}"
+    sha256s: dict[str, str] = {}
+
+    def fetch(relative: str) -> Path:
+        target = raw / relative
+        fetch_url(
+            f"{base}/{quote(relative)}",
+            target,
+            md5=None,
+            attempts=attempts,
+            timeout=timeout,
+            backoff=backoff,
+            progress=progress,
+        )
+        sha256s[relative] = _checked_sha256(target, relative, record.hub_files, listing.get(relative))
+        return target
+
+    readme = fetch(README_FILE).read_text(encoding="utf-8") if README_FILE in listing else None
+    plan = plan_files(config_files(sorted(listing), readme), reading, f"hub dataset {repo}@{revision}")
+    for relative in sorted({path for paths in plan.values() for path in paths}):
+        fetch(relative)
+    return plan, sha256s
+
+
+def _hub_copy_from_folder(record: DatasetRecord, reading: HubReading, folder: Path) -> tuple[dict, dict]:
+    """The plan and checked sha256s of a local copy of ``record``'s hub dataset (a mirror folder)."""
+    plan = plan_files(local_configs(folder), reading, str(folder))
+    sha256s = {
+        relative: _checked_sha256(folder / relative, relative, record.hub_files, None)
+        for relative in sorted({path for paths in plan.values() for path in paths})
+    }
+    return plan, sha256s
+
+
+def _materialise_hub(
+    source: Source,
+    record: DatasetRecord,
+    staging: Path,
+    *,
+    split: str | None,
+    attempts: int,
+    timeout: float,
+    backoff: float,
+    progress: bool,
+) -> tuple[Path, dict[str, Any]]:
+    """Convert ``record``'s hub dataset (downloaded, or a local mirror folder) into a BEIR folder in staging."""
+    reading = HubReading.from_record(record, split)
+    if source.kind == "hub-folder":
+        root = Path(source.location)
+        plan, sha256s = _hub_copy_from_folder(record, reading, root)
+    else:
+        root = staging / "raw"
+        plan, sha256s = fetch_hub_dataset(
+            record,
+            reading,
+            root,
+            endpoint=hub_endpoint(),
+            attempts=attempts,
+            timeout=timeout,
+            backoff=backoff,
+            progress=progress,
+        )
+    target = staging / "hub"
+    counts = convert_to_beir(root, plan, reading, target)
+    provenance = {
+        "repo": record.hub,
+        "revision": record.hub_revision,
+        "files": sha256s,
+        "counts": vars(counts),
+    }
+    return target, provenance
 
 
 # ------------------------------------------------------------------------------------ installation
@@ -525,7 +811,7 @@ def _install_unlocked(
     sources, failures = plan_sources(record, parse_mirrors(mirror), use_hub=use_hub)
     downloads = data_dir / DOWNLOADS_DIR
     for source in sources:
-        if strict and source.kind == "hub":
+        if strict and source.kind == "hub" and not record.hub:
             failures.append(
                 f"{source.describe()}: skipped, hub copies cannot be checked against pins (--strict)"
             )
@@ -533,22 +819,37 @@ def _install_unlocked(
         staging = make_staging(data_dir, f"{STAGING_PREFIX}{record.name.replace('/', '-')}-")
         try:
             log.info("%s: trying %s", record.name, source.describe())
-            candidate = _materialise(
-                source,
-                record,
-                staging,
-                downloads,
-                attempts=attempts,
-                timeout=timeout,
-                backoff=backoff,
-                progress=progress,
-            )
+            provenance: dict[str, Any] = {"kind": source.kind, "location": source.location}
+            if source.kind in ("hub", "hub-folder") and record.hub:
+                candidate, hub_facts = _materialise_hub(
+                    source,
+                    record,
+                    staging,
+                    split=None,
+                    attempts=attempts,
+                    timeout=timeout,
+                    backoff=backoff,
+                    progress=progress,
+                )
+                # Both are re-serialised hub data: kind "hub" tells the pin checks the zip's pins do not apply.
+                provenance = {"kind": "hub", "location": source.location, **hub_facts}
+            else:
+                candidate = _materialise(
+                    source,
+                    record,
+                    staging,
+                    downloads,
+                    attempts=attempts,
+                    timeout=timeout,
+                    backoff=backoff,
+                    progress=progress,
+                )
             # Provenance, and what tells later checks that a hub copy is re-serialised (pins do not apply).
-            atomic_write_json(candidate / SOURCE_FILE, {"kind": source.kind, "location": source.location})
+            atomic_write_json(candidate / SOURCE_FILE, provenance)
             # A staging copy about to move: its hashes are not remembered under a path about to vanish.
             checksums = ChecksumStore(persist=False)
             problems = _check_candidate(candidate, record, strict=strict, checksums=checksums)
-            if source.kind == "hub" and not problems:
+            if source.kind in ("hub", "hub-folder") and not problems:
                 problems = _count_problems(candidate, record, checksums)
             if problems:
                 raise DownloadError(source.describe(), "; ".join(problems))
@@ -563,7 +864,12 @@ def _install_unlocked(
                 (downloads / record.archive_name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         downloads.rmdir()  # only if empty: a .part kept for resuming stays
+    offline = [
+        record.archive_name,
+        f"{record.archive_dir}/",
+        f"{record.hub}/ (as the hub lays it out)" if record.hub else "",
+    ]
     raise HarnessError(
         f"could not get {record.name}: {' | '.join(failures)}. Nothing was installed; check the network, or "
-        f"point --mirror / HARNESS_BEIR_MIRROR at a folder holding {record.archive_name} or {record.archive_dir}/"
+        f"point --mirror / HARNESS_BEIR_MIRROR at a folder holding {' or '.join(item for item in offline if item)}"
     )

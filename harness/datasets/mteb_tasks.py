@@ -4,12 +4,19 @@ An MTEB results file (``<Task>.json``) is read into the harness's dataset and me
 result is written under MTEB's: ``SciFact`` is ``scifact``, ``ndcg_at_10`` (mteb 1.11 and later) or
 ``NDCG@10`` (older files) is ``ndcg@10``, ``precision_at_5`` is ``p@5``, ``hit_rate_at_10`` is
 ``success@10``. A ``mteb_tasks.yaml`` in ``HARNESS_CONFIG_DIR`` adds entries or replaces shipped ones.
+
+Each task entry also carries what mteb's task metadata says about running it: its type, main score, hub
+dataset and revision, whether it drops query-id hits, and the query instruction mteb hands instruction
+models. ``benchmarks:`` names the datasets of MTEB(eng, v2) retrieval, BRIGHT and FollowIR with the metric
+and k of each benchmark's own average row (:meth:`MtebTasks.benchmark_average`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -46,6 +53,20 @@ class MtebTaskRecord(Record):
     split: str = "test"
     languages: list[str] = ["eng-Latn"]
     ignore_identical_ids: bool = False  # the task drops hits whose doc id is the query's
+    task_type: str = "Retrieval"  # mteb's TaskMetadata.type: the `{TaskType}` of prompt names
+    main_score: str = MAIN_SCORE  # mteb's TaskMetadata.main_score (BRIGHT long: recall_at_1; FollowIR: p-MRR)
+    # The hub dataset and commit mteb scores the task on (TaskMetadata.dataset path / revision).
+    hub: str | None = None
+    hub_revision: str | None = None
+    # The query instruction mteb gives instruction models for this task: TaskMetadata.prompt["query"], or
+    # the task class's `abstask_prompt` when the metadata has none (mteb AbsEncoder.get_instruction).
+    instruction: str | None = None
+
+
+def _two_or_more_datasets(members: list[str]) -> list[str]:
+    if len(members) < 2 or len(set(members)) != len(members):
+        raise ValueError("a group lists two or more different datasets")
+    return members
 
 
 class MtebGroupRecord(Record):
@@ -53,12 +74,21 @@ class MtebGroupRecord(Record):
 
     members: list[str]
 
-    @field_validator("members")
-    @classmethod
-    def _two_or_more(cls, members: list[str]) -> list[str]:
-        if len(members) < 2 or len(set(members)) != len(members):
-            raise ValueError("a group lists two or more different datasets")
-        return members
+    _members = field_validator("members")(_two_or_more_datasets)
+
+
+class MtebBenchmarkRecord(Record):
+    """A ``benchmarks:`` entry: a benchmark papers report as one table, its tasks and its own average row."""
+
+    title: str
+    mteb_benchmark: str | None = None  # the name mteb.get_benchmark knows it by
+    members: list[str]  # harness datasets, in the benchmark's order
+    main_metric: str  # the metric of the average row, in harness spelling ("ndcg@10", "p-mrr")
+    average: Literal["mean"] = "mean"  # the plain mean of main_metric over the members
+    k_values: list[int]  # the cutoffs the benchmark reports
+    source: str  # where the protocol comes from
+
+    _members = field_validator("members")(_two_or_more_datasets)
 
 
 class MtebTasksFile(Record):
@@ -66,6 +96,7 @@ class MtebTasksFile(Record):
 
     datasets: dict[str, MtebTaskRecord] = {}
     groups: dict[str, MtebGroupRecord] = {}
+    benchmarks: dict[str, MtebBenchmarkRecord] = {}
     models: dict[str, str] = {}
 
 
@@ -76,6 +107,7 @@ class MtebTasks:
     datasets: dict[str, MtebTaskRecord]
     groups: dict[str, MtebGroupRecord] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
+    benchmarks: dict[str, MtebBenchmarkRecord] = field(default_factory=dict)
 
     def task_of(self, dataset: str) -> MtebTaskRecord:
         """The MTEB task for a harness dataset; one error line naming the known ones when there is none."""
@@ -95,17 +127,34 @@ class MtebTasks:
         """The harness record an MTEB model name stands for (the name itself when the table has none)."""
         return self.models.get(mteb_name, mteb_name)
 
+    def benchmark_average(self, benchmark: str, scores: Mapping[str, float]) -> float:
+        """The benchmark's own average row: the mean of its main metric over all its members (``scores``:
+        dataset -> that metric); a member without a score is one error line (no partial mean)."""
+        record = self.benchmarks.get(benchmark)
+        if record is None:
+            known = ", ".join(sorted(self.benchmarks))
+            raise HarnessError(f"unknown benchmark {benchmark!r} in {MTEB_TASKS_FILE} (known: {known})")
+        missing = [member for member in record.members if member not in scores]
+        if missing:
+            raise HarnessError(
+                f"{benchmark}: no {record.main_metric} for {len(missing)} of its {len(record.members)} "
+                f"datasets ({', '.join(missing)}); its average is over all of them"
+            )
+        return sum(scores[member] for member in record.members) / len(record.members)
+
 
 def load_mteb_tasks() -> MtebTasks:
     """The shipped table with the user's entries on top; a task claimed by two datasets is an error."""
     datasets: dict[str, MtebTaskRecord] = {}
     groups: dict[str, MtebGroupRecord] = {}
+    benchmarks: dict[str, MtebBenchmarkRecord] = {}
     models: dict[str, str] = {}
     last = None
     for path in record_files(MTEB_TASKS_FILE):
         document = validate(MtebTasksFile, read_yaml(path) or {}, path)
         datasets.update(document.datasets)
         groups.update(document.groups)
+        benchmarks.update(document.benchmarks)
         models.update(document.models)
         last = path
     owners: dict[str, str] = {}
@@ -115,15 +164,21 @@ def load_mteb_tasks() -> MtebTasks:
                 last, None, f"task {record.task} is given to both {owners[record.task]} and {name}"
             )
         owners[record.task] = name
-    for name, group in groups.items():
-        unknown = [member for member in group.members if member not in datasets]
-        if unknown:
-            raise InputError(last, None, f"group {name} lists datasets with no task: {', '.join(unknown)}")
-    return MtebTasks(datasets, groups, models)
+    for kind, table in (("group", groups), ("benchmark", benchmarks)):
+        for name, group in table.items():
+            unknown = [member for member in group.members if member not in datasets]
+            if unknown:
+                raise InputError(
+                    last, None, f"{kind} {name} lists datasets with no task: {', '.join(unknown)}"
+                )
+    return MtebTasks(datasets, groups, models, benchmarks)
 
 
 def harness_metric(key: str) -> str | None:
-    """``ndcg_at_10`` / ``NDCG@10`` -> ``ndcg@10``; None for a key that is not a ranking metric at a cutoff."""
+    """``ndcg_at_10`` / ``NDCG@10`` -> ``ndcg@10``, ``p-MRR`` -> ``p-mrr``; None for a key that is not a
+    ranking metric at a cutoff."""
+    if key.strip().lower() in ("p-mrr", "p_mrr"):  # FollowIR's pairwise score (harness.evaluation.pmrr)
+        return "p-mrr"
     match = _KEY_PATTERN.match(key.strip().lower())
     family = _FAMILY_OF_KEY.get(match.group(1)) if match else None
     return f"{family}@{int(match.group(2))}" if family and match else None

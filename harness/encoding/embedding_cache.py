@@ -285,8 +285,71 @@ class ShardedEmbeddings:
         return ids, vectors
 
 
+# ---- Matryoshka dimensions: views of the full-size vectors -------------------------------------------
+
+
+def check_truncate_dim(dim: int, full_dim: int, model_name: str) -> None:
+    """A dimension the model does not have is one line naming both."""
+    if dim > full_dim:
+        raise HarnessError(
+            f"truncate_dim {dim} is larger than model {model_name}'s dimension {full_dim}; use a dimension "
+            f"of at most {full_dim} (--truncate-dim or the model record's truncate_dim)"
+        )
+
+
+def truncate_vectors(vectors: np.ndarray, dim: int, normalize: bool) -> np.ndarray:
+    """The first ``dim`` values of every vector (float32), re-normalised to unit length when ``normalize``
+    (as sentence-transformers' ``encode(truncate_dim=..., normalize_embeddings=True)``: truncate, then
+    normalise with the norm clamped at 1e-12).
+    """
+    cut = np.array(np.asarray(vectors)[:, :dim], dtype=np.float32)
+    if normalize:
+        norms = np.linalg.norm(cut, axis=1, keepdims=True)
+        cut /= np.maximum(norms, np.float32(1e-12))
+    return cut
+
+
+class TruncatedEmbeddings(ShardedEmbeddings):
+    """A Matryoshka view of a finished corpus entry: each vector cut to its first ``dim`` values (and
+    re-normalised when the model normalises) as it is read. The corpus is encoded once, at full size;
+    every dimension searches over its own view, and an approximate index of a view lives in its own
+    ``dim-<d>`` folder beside the full-size shards.
+    """
+
+    def __init__(self, full: ShardedEmbeddings, dim: int, normalize: bool, model_name: str):
+        check_truncate_dim(dim, full.dim, model_name)
+        super().__init__(full.directory, full.manifest)
+        self.full = full
+        self.dim = dim
+        self.normalize = normalize
+        self.directory = full.directory / f"dim-{dim}"
+
+    def shards(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        self.directory.mkdir(parents=True, exist_ok=True)  # where an approximate index of the view goes
+        for ids, vectors in self.full.shards():
+            yield ids, truncate_vectors(vectors, self.dim, self.normalize)
+
+
+def document_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """A model identity without a dual encoder's query model: documents are the document model's alone,
+    so a corpus entry stays valid when only the query model changes."""
+    return {key: value for key, value in identity.items() if key != "query_model"}
+
+
+def single_truncate_dim(encoder) -> int | None:
+    """The one Matryoshka dimension the encoder's record asks for (None: full size, or several, which
+    ``harness.retrieval.matryoshka.dimension_models`` splits into one model per dimension first)."""
+    dims = encoder.model.record.truncate_dims
+    return dims[0] if len(dims) == 1 else None
+
+
 class EmbeddingCache:
-    """Corpus and query embeddings on disk, keyed by data checksums, model identity and settings."""
+    """Corpus and query embeddings on disk, keyed by data checksums, model identity and settings.
+
+    The cached vectors are always full-size (``truncate_dim`` is not part of the key); a record with one
+    ``truncate_dim`` gets views of them cut to that dimension, so every dimension of a model reuses one
+    encode.
+    """
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -301,7 +364,7 @@ class EmbeddingCache:
             "format": CACHE_FORMAT,
             "kind": "corpus",
             "corpus": corpus,
-            "model": encoder.model.identity,
+            "model": document_identity(encoder.model.identity),
             "settings": encoder.settings(),
             "shard_size": shard_size,
         }
@@ -337,13 +400,15 @@ class EmbeddingCache:
     def queries_key_inputs(self, dataset, encoder) -> dict[str, Any]:
         # The queries file and the split's qrels: together they decide which queries are encoded.
         files = {name: sha for name, sha in dataset.fingerprint().items() if not name.startswith("corpus")}
+        # A dual encoder's queries are its query model's: their key names that model, not the documents'.
+        query_side = encoder.query_side() if hasattr(encoder, "query_side") else encoder
         return {
             "format": CACHE_FORMAT,
             "kind": "queries",
             "split": dataset.split,
             "files": files,
-            "model": encoder.model.identity,
-            "settings": encoder.settings(),
+            "model": query_side.model.identity,
+            "settings": query_side.settings(),
         }
 
     def _entry_dir(self, dataset, encoder, kind: str, key: str) -> Path:
@@ -404,6 +469,9 @@ class EmbeddingCache:
         done = finished_shards(directory, num_shards)
         missing = [index for index in range(num_shards) if index not in done]
         if missing:
+            dim = single_truncate_dim(encoder)
+            if dim is not None:  # refused before the encode, not after it
+                check_truncate_dim(dim, encoder.dim, encoder.model.record.name)
             self._encode_missing(
                 dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
             )
@@ -414,7 +482,27 @@ class EmbeddingCache:
                 encoder.model.slug,
                 directory,
             )
-        return ShardedEmbeddings(directory, self._finish_manifest(directory, manifest))
+        full = ShardedEmbeddings(directory, self._finish_manifest(directory, manifest))
+        return self.dimension_view(full, encoder)
+
+    @staticmethod
+    def dimension_view(full: ShardedEmbeddings, encoder) -> ShardedEmbeddings:
+        """``full``, or its view at the record's one ``truncate_dim``."""
+        dim = single_truncate_dim(encoder)
+        if dim is None:
+            return full
+        record = encoder.model.record
+        return TruncatedEmbeddings(full, dim, record.normalize, record.name)
+
+    @staticmethod
+    def query_dimension(vectors: np.ndarray, encoder) -> np.ndarray:
+        """Query vectors at the record's one ``truncate_dim`` (as they are without one)."""
+        dim = single_truncate_dim(encoder)
+        if dim is None:
+            return vectors
+        record = encoder.model.record
+        check_truncate_dim(dim, vectors.shape[1], record.name)
+        return truncate_vectors(vectors, dim, record.normalize)
 
     def _encode_missing(
         self, dataset, encoder, directory, manifest, missing, shard_size, progress, encode_shards
@@ -480,7 +568,12 @@ class EmbeddingCache:
     # ---- queries ----------------------------------------------------------------------------
 
     def queries(self, dataset, encoder) -> tuple[list[str], np.ndarray]:
-        """Query ids (dataset order) and their float32 vectors, encoded once per key."""
+        """Query ids (dataset order) and their float32 vectors (at the record's ``truncate_dim``)."""
+        ids, vectors = self.full_size_queries(dataset, encoder)
+        return ids, self.query_dimension(vectors, encoder)
+
+    def full_size_queries(self, dataset, encoder) -> tuple[list[str], np.ndarray]:
+        """Query ids (dataset order) and their full-size float32 vectors, encoded once per key."""
         inputs = self.queries_key_inputs(dataset, encoder)
         key = digest_of(inputs)
         directory = self._entry_dir(dataset, encoder, "queries", key)

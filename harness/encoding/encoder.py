@@ -9,9 +9,13 @@ Texts are tokenized once, by the model's own ``preprocess``, a window of batches
 window (taken from the longest-first order sentence-transformers uses) is sorted by token count and
 cut into batches padded only to their own longest text. On a CPU a batch is also capped by tokens
 (``CPU_BATCH_TOKENS``), and one batch per encoder thread runs at once, each single-threaded; the vectors do not
-depend on any of this beyond float rounding (batching is not part of the cache key). Prefixes are
-prepended here, never through sentence-transformers prompts, so the text encoded is exactly
-``Encoder.document_text(doc)`` / ``query_prefix + query``.
+depend on any of this beyond float rounding (batching is not part of the cache key). Prompts (the
+record's, resolved for the dataset by ``harness.models.prompts``) are prepended here, as
+sentence-transformers prepends them, so the text encoded is exactly ``Encoder.document_text(doc)`` /
+``query_prompt + query``; each batch also carries the prompt's token count (``prompt_length``, counted
+as sentence-transformers counts it), which the model's Pooling uses to keep the prompt's tokens out of
+the pooled vector when ``include_prompt`` is false (sentence-transformers' ``Pooling(include_prompt=False)``).
+Vectors are always full-size: Matryoshka dimensions are views of them (``harness.encoding.embedding_cache``).
 """
 
 from __future__ import annotations
@@ -123,6 +127,10 @@ class Encoder:
         if loaded is None:
             loaded = LoadedModel(model, self.device, choice.dtype, self.cache_dir, choice.quantization)
         self.loaded = loaded
+        self._prompt_lengths: dict[str, int] = {}
+        # A dual encoder's query model (``build_encoder`` sets it): it encodes the queries, this one the
+        # documents. None: this encoder encodes both.
+        self.query_encoder: Encoder | None = None
         # Read once here, so that ``describe`` reads nothing.
         self.cpu = (
             {"flags": relevant_cpu_flags(), "int8_class": int8_cpu_class()} if self.device == "cpu" else None
@@ -182,7 +190,9 @@ class Encoder:
         approximate precision adds its quantization settings and its check's verdict; ``fast`` gives
         the settings of the setting it chose.
         """
-        return {**self.model.record.vector_settings(), **self._choice.settings()}
+        vector_settings = self.model.record.vector_settings()
+        vector_settings.pop("truncate_dim", None)  # the vectors are full-size; dimensions are views of them
+        return {**vector_settings, **self._choice.settings()}
 
     def describe(self) -> dict[str, Any]:
         """How this run computes its vectors, for provenance and the result table."""
@@ -206,6 +216,7 @@ class Encoder:
                 key: value for key, value in (self.loaded.onnx_export or {}).items() if key != "key_inputs"
             }
             or None,
+            **({"query_encoder": self.query_encoder.describe()} if self.query_encoder is not None else {}),
         }
 
     def label(self, active: str | None = None) -> str:
@@ -222,33 +233,68 @@ class Encoder:
 
     # ---- text -------------------------------------------------------------------------------
 
+    @property
+    def query_prompt(self) -> str:
+        """The exact text put before every query (the record's prompt resolved for the dataset)."""
+        return self.model.record.prompt_settings()["query_prefix"]
+
+    @property
+    def document_prompt(self) -> str:
+        """The exact text put before every document."""
+        return self.model.record.prompt_settings()["doc_prefix"]
+
     def document_text(self, doc: TextDocument) -> str:
-        """The exact text encoded for a document: prefix + ``(title + join + text).strip()`` (beir's rule)."""
+        """The exact text encoded for a document: prompt + ``(title + join + text).strip()`` (beir's rule)."""
         record = self.model.record
         joined = f"{doc.title or ''}{record.title_join}{doc.text or ''}".strip()
-        return f"{record.doc_prefix}{joined}"
+        return f"{self.document_prompt}{joined}"
 
     def query_text(self, query: str) -> str:
-        return f"{self.model.record.query_prefix}{query}"
+        return f"{self.query_prompt}{query}"
 
     # ---- encoding ---------------------------------------------------------------------------
 
+    def query_side(self) -> Encoder:
+        """The encoder of the queries: the query model's for a dual encoder, else this one."""
+        return self.query_encoder if self.query_encoder is not None else self
+
     def encode_queries(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray:
-        """float32 ``(n, dim)`` query vectors, query prefix applied."""
-        return self.encode_texts([self.query_text(text) for text in texts], progress=progress)
+        """float32 ``(n, dim)`` query vectors, query prompt applied (by the query model of a dual encoder)."""
+        if self.query_encoder is not None:
+            vectors = self.query_encoder.encode_queries(texts, progress=progress)
+            self._check_query_dimension(vectors)
+            return vectors
+        texts = [self.query_text(text) for text in texts]
+        return self.encode_texts(texts, progress=progress, prompt=self.query_prompt)
+
+    def _check_query_dimension(self, vectors: np.ndarray) -> None:
+        """A dual encoder's query vectors against its document model's size (when that model is loaded:
+        resolution already compared the sizes the model folders state)."""
+        model = self.loaded.weights.st_model
+        if model is None or len(vectors) == 0 or vectors.shape[1] == self.dim:
+            return
+        record = self.model.record
+        raise HarnessError(
+            f"model record {record.name}: its query model {record.query_model_id} gives "
+            f"{vectors.shape[1]}-d vectors but its document model {record.model_id} gives {self.dim}-d "
+            "ones; a dual encoder's two models must share one vector size (check query_model_id)"
+        )
 
     def encode_documents(
         self, docs: Sequence[TextDocument], *, progress: Progress | None = None
     ) -> np.ndarray:
-        """float32 ``(n, dim)`` document vectors (title joined, document prefix applied)."""
-        return self.encode_texts(DocumentTexts(docs, self.document_text), progress=progress)
+        """float32 ``(n, dim)`` document vectors (title joined, document prompt applied)."""
+        texts = DocumentTexts(docs, self.document_text)
+        return self.encode_texts(texts, progress=progress, prompt=self.document_prompt)
 
-    def encode_texts(self, texts: Sequence[str], *, progress: Progress | None = None) -> np.ndarray:
-        """Encode final texts (prefixes already applied), longest first, in the input order."""
+    def encode_texts(
+        self, texts: Sequence[str], *, progress: Progress | None = None, prompt: str = ""
+    ) -> np.ndarray:
+        """Encode final texts (``prompt`` already prepended to each), longest first, in the input order."""
         if len(texts) == 0:
             return np.empty((0, self.dim), dtype=np.float32)
         self.resolve_runtime()
-        return self.encode_batches(self.tokenized_batches(texts), len(texts), progress)
+        return self.encode_batches(self.tokenized_batches(texts, prompt=prompt), len(texts), progress)
 
     def encode_batches(
         self, batches: Iterable[Features], count: int, progress: Progress | None = None
@@ -274,8 +320,28 @@ class Encoder:
         """One torch thread per stream when several run at once, else this encoder's thread count."""
         return torch_threads(1 if self.streams() > 1 else self.threads)
 
-    def tokenized_batches(self, texts: Sequence[str]) -> Iterator[Features]:
-        """``(positions, features)`` per batch; every text tokenized exactly once."""
+    def prompt_length(self, prompt: str) -> int | None:
+        """The prompt's token count as sentence-transformers counts it (``Transformer._get_prompt_length``):
+        the prompt tokenized alone, less a trailing special token (its SEP/EOS is not in the joined text).
+        The model's Pooling drops that many leading tokens when ``include_prompt`` is false.
+        """
+        if not prompt:
+            return None
+        if prompt not in self._prompt_lengths:
+            model = self.load()
+            tokenize = getattr(model, "preprocess", None) or model.tokenize
+            ids = tokenize([prompt])["input_ids"]
+            length = int(ids.shape[-1])
+            if int(ids[..., -1].item()) in set(getattr(model.tokenizer, "all_special_ids", ())):
+                length -= 1
+            self._prompt_lengths[prompt] = length
+        return self._prompt_lengths[prompt]
+
+    def tokenized_batches(self, texts: Sequence[str], *, prompt: str = "") -> Iterator[Features]:
+        """``(positions, features)`` per batch; every text tokenized exactly once. ``prompt``: the text
+        each one starts with (its token count goes with every batch, for Pooling's ``include_prompt``).
+        """
+        prompt_length = self.prompt_length(prompt)
         model = self.load()
         right_padded = getattr(model.tokenizer, "padding_side", "right") != "left"
         tokenize = getattr(model, "preprocess", None) or model.tokenize  # renamed in sentence-transformers 6
@@ -288,6 +354,8 @@ class Encoder:
             # truncated overflow) take ~40 KB a text and would stay alive as long as the window's batches;
             # the heap pages they (and the previous window) used go back to the OS before the next batches.
             features = dict(tokenize([texts[i] for i in positions]))
+            if prompt_length is not None:
+                features["prompt_length"] = prompt_length
             trim_heap()
             lengths = features["attention_mask"].sum(dim=1).numpy()
             for rows in token_batches(lengths, self.batch_size, self.max_batch_tokens):
@@ -334,7 +402,11 @@ class Encoder:
         onnx = runtime in ("onnx", "onnx-fused")
         if onnx:
             session = self.loaded.session(fused=runtime == "onnx-fused")
-            tail = list(model)[1:]  # Pooling, Dense, Normalize: the model's own modules
+            # Pooling, Dense, Normalize: the model's own modules, so ONNX keeps prompt tokens out of the
+            # pooling (``prompt_length`` rides in the features) and pools the last token of left-padded
+            # batches exactly as torch does; the graph itself only maps tokens to token embeddings
+            # (tests/test_prompt_parity.py checks both against sentence-transformers on onnx).
+            tail = list(model)[1:]
 
         def compute(features: dict[str, Any]) -> np.ndarray:
             # inference_mode and autocast are per thread: entered here, in the thread that computes.
@@ -366,6 +438,8 @@ class Encoder:
     def release(self) -> None:
         """Free the model and onnx sessions once the last batch is done (a later batch loads them again)."""
         self.loaded.release()
+        if self.query_encoder is not None:
+            self.query_encoder.release()
 
 
 class DocumentTexts(Sequence[str]):

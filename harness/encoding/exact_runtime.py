@@ -19,7 +19,6 @@ timing noise cannot flip it, and recorded once per architecture.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from harness.core.cache import CacheLayout, digest_of, safe_name
-from harness.core.errors import HarnessError
-from harness.core.fileio import atomic_write_json, read_json_or_none
+from harness.core.errors import HarnessError, InputError
+from harness.core.fileio import atomic_write_json, read_json, read_json_or_none
 from harness.encoding.cpu import cpu_model
 from harness.encoding.memory import trim_heap
 from harness.encoding.onnx_export import export_folder, package_version
@@ -227,9 +226,9 @@ def _transformer_config(source: str) -> dict[str, Any] | None:
         return None
     folder = Path(source)
     try:
-        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        modules = read_json(folder / "modules.json")
         folder = folder / str(modules[0].get("path") or "")
-    except (OSError, ValueError, LookupError, AttributeError, TypeError):
+    except (InputError, LookupError, AttributeError, TypeError):
         pass  # a plain transformers folder
     return read_json_or_none(folder / "config.json")
 

@@ -108,10 +108,18 @@ class ModelWeights:
                 model_kwargs=self._model_kwargs(),
             )
             model.max_seq_length = record.max_length
-            # Our prefixes are the only ones: a prompt saved with the model must not be added twice.
+            # Our prompts are the only ones: a prompt saved with the model must not be added twice.
             model.default_prompt_name = None
             if not self.model.assumed:
                 _check_against_folder(model, record)
+            include_prompt = effective_include_prompt(record)
+            if (
+                include_prompt is not None
+            ):  # else the folder's Pooling config stands, as in sentence-transformers
+                model.set_pooling_include_prompt(include_prompt)
+        if record.padding_side is not None:
+            model.tokenizer.padding_side = record.padding_side
+        _check_pad_token(model, record)
         model.eval()
         return model
 
@@ -135,7 +143,11 @@ class ModelWeights:
             processor_kwargs={"trust_remote_code": trust},
             config_kwargs={"trust_remote_code": trust},
         )
-        pooling = pooling_cls(transformer.get_embedding_dimension(), pooling_mode=_ST_POOLING[record.pooling])
+        pooling = pooling_cls(
+            transformer.get_embedding_dimension(),
+            pooling_mode=_ST_POOLING[record.pooling],
+            include_prompt=effective_include_prompt(record) is not False,
+        )
         return [transformer, pooling]
 
 
@@ -241,6 +253,24 @@ def _st_modules():
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
     return Transformer, Pooling
+
+
+def effective_include_prompt(record) -> bool | None:
+    """Whether prompt tokens enter pooling: as resolved for the dataset, else as the record says (None:
+    the record is silent, and the model folder's own Pooling config decides)."""
+    resolved = record.resolved_prompts or {}
+    return resolved.get("include_prompt", record.include_prompt)
+
+
+def _check_pad_token(model, record) -> None:
+    """Batches are padded: a tokenizer with no pad token (a decoder's, often) cannot batch at all."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None and getattr(tokenizer, "pad_token", "") is None:
+        raise HarnessError(
+            f"model {record.name}: its tokenizer has no pad token, so texts cannot be batched; set "
+            "pad_token in the model folder's tokenizer_config.json (decoders usually reuse their EOS "
+            "token, with padding_side: left in the model record)"
+        )
 
 
 def _check_against_folder(model, record) -> None:

@@ -123,11 +123,26 @@ def build_encoder(
     ``threads``: torch threads the encoder (and its checks) compute with (default: torch's count now).
     ``int8``: the quantization variant of ``--precision int8`` (``auto``: the one for this CPU; see
     ``harness.encoding.onnx_quantize.INT8_VARIANTS``). ``encoder_class``: an ``Encoder`` subclass to build.
+    A dual-encoder record (``query_model_id``) gets a second encoder, for its queries, as
+    ``Encoder.query_encoder``; a one-model record builds and loads nothing more.
     """
     setup = encoder_setup(model, device, batch_size, cache_dir, threads)
     choice, loaded = choose_runtime(setup, runtime, precision, int8)
     settle = None if choice.settled else partial(settle_exact, setup)
-    return setup.encoder(choice, loaded, settle, encoder_class)
+    encoder = setup.encoder(choice, loaded, settle, encoder_class)
+    if model.record.is_dual_encoder:
+        # The query model gets its own choice (its checks are its own weights'), made the same way.
+        query_options = {"runtime": runtime, "precision": precision, "int8": int8}
+        encoder.query_encoder = build_encoder(
+            model.query_side(),
+            device=device,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            threads=threads,
+            encoder_class=encoder_class,
+            **query_options,
+        )
+    return encoder
 
 
 def choose_runtime(

@@ -25,6 +25,7 @@ empty ranking. Run queries without judgments are skipped and counted.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import os
@@ -36,7 +37,7 @@ import numpy as np
 
 from harness.core.errors import HarnessError
 from harness.datasets.qrels import GRADE_LIMIT, Qrels, read_qrels
-from harness.evaluation.judged import judged_at_k, judged_cutoffs, judged_summary
+from harness.evaluation.judged import judged_and_reachable, judged_cutoffs, judged_summary
 from harness.evaluation.ties import tie_diagnostics
 from harness.evaluation.trec import Run, RunColumns, RunView, ranking_order, read_run_columns
 
@@ -95,11 +96,35 @@ FAMILIES: dict[str, _Family] = {
     "r_cap": _Family("required"),  # derived from recall@k
 }
 ALIASES = {"precision": "p", "r-precision": "rprec", "r_precision": "rprec"}
+# Other tools' spellings of the same measures (matched case-insensitively) -> the harness's family. Each
+# means what the harness computes: ir_measures' R@k, P@k, nDCG@k and AP@k are pytrec_eval's recall_k,
+# P_k, ndcg_cut_k and map_cut_k; its RR@k is recip_rank kept only when the first relevant document is in
+# the top k, which is mrr@k here; trec_eval's recip_rank is mrr, gm_map is gmap.
+SPELLINGS = {
+    **ALIASES,
+    "r": "recall",  # ir_measures
+    "ap": "map",
+    "rr": "mrr",
+    "ndcg_cut": "ndcg",  # trec_eval / pytrec_eval
+    "map_cut": "map",
+    "recip_rank": "mrr",
+    "gm_map": "gmap",
+}
+# trec_eval's cut-off families: bare, they mean "at these cut-offs", never the whole ranking.
+_CUT_ONLY = {"ndcg_cut", "map_cut"}
 VALID_NAMES = (
     "ndcg, ndcg@k, recall@k, p@k (alias precision@k), map, map@k, mrr, mrr@k, rprec (alias r-precision), "
     "bpref, gmap, success@k, r_cap@k, dcg, dcg@k; a bare name with ks expands to name@k for each k"
 )
-_NAME_PATTERN = re.compile(r"^([a-z_-]+)(?:@(\d+))?$")
+OTHER_SPELLINGS = (
+    "ir_measures' (nDCG@10, R@100, P@10, AP, AP@10, RR, RR@10, Rprec, Bpref, Success@10), trec_eval's "
+    "(ndcg_cut.10, recall.100, P.10, map, map_cut.10, recip_rank, gm_map, success.10) and pytrec_eval's "
+    "(ndcg_cut_10, recall_100, P_10, map_cut_10) spellings are read as the same metrics, as are mteb's "
+    "(ndcg_at_10, recall_at_100); outputs use the names above"
+)
+# A family, then its cut-off as the harness (@10), trec_eval (.10), pytrec_eval (_10) or mteb (_at_10) write it.
+_NAME_PATTERN = re.compile(r"^([a-z][a-z_-]*?)(?:@(\d+)|[._](\d+)|_at_(\d+))?$")
+_SEPARATORS = re.compile(r"[,\s]+")
 
 
 @dataclass(frozen=True)
@@ -141,17 +166,68 @@ class MetricSpec:
         return float(value)
 
 
-def _parse_one(name: str) -> tuple[str, int | None]:
-    match = _NAME_PATTERN.match(name.strip().lower())
-    family = ALIASES.get(match.group(1), match.group(1)) if match else None
+def split_metric_names(names: str | Iterable[str]) -> list[str]:
+    """Metric names as given, separated by commas or spaces (``--metrics ndcg@10,recall@100``).
+
+    A bare number after a name with a cut-off is another cut-off of that name, as trec_eval reads
+    ``-m ndcg_cut.10,100``: ``["ndcg_cut.10", "100"]`` -> ``["ndcg_cut.10", "ndcg_cut.100"]``.
+    """
+    pieces = [
+        piece for name in ([names] if isinstance(names, str) else names) for piece in _SEPARATORS.split(name)
+    ]
+    split: list[str] = []
+    for piece in filter(None, pieces):
+        previous = re.match(r"^(.*?(?:@|_at_|[._]))\d+$", split[-1]) if split and piece.isdigit() else None
+        split.append(previous.group(1) + piece if previous else piece)
+    return split
+
+
+def _nearest(spelled: str) -> str:
+    """``; nearest: ...``: the harness names closest to an unknown one (its cut-off kept), or ""."""
+    match = _NAME_PATTERN.match(spelled)
+    family = match.group(1) if match else spelled.partition("@")[0]
+    cutoff = next((group for group in match.groups()[1:] if group), None) if match else None
+    close = difflib.get_close_matches(family, sorted({*FAMILIES, *SPELLINGS}), n=4, cutoff=0.6)
+    families = dict.fromkeys(SPELLINGS.get(found, found) for found in close)
+    names = [
+        _canonical(found, int(cutoff) if cutoff else None)
+        for found in families
+        if not (cutoff and FAMILIES[found].cutoff == "never")
+    ]
+    return f"; nearest: {', '.join(names)}" if names else ""
+
+
+def _parse_one(name: str) -> tuple[str, int | None, bool]:
+    """(family, cut-off, whether the spelling needs a cut-off) of one metric name in any known spelling."""
+    spelled = name.strip().lower()
+    if "(" in spelled:
+        raise HarnessError(
+            f"metric {name!r}: measure parameters are not read; the relevance threshold is --relevance-level "
+            "and nDCG's gain is the grade (trec_eval's)"
+        )
+    if spelled.startswith("judged"):
+        raise HarnessError(
+            f"metric {name!r}: Judged@k is not a ranking metric here; every evaluation reports it beside the "
+            "metrics (the 'judged' block of metrics.json) at each metric cut-off and 10"
+        )
+    match = _NAME_PATTERN.match(spelled)
+    family = SPELLINGS.get(match.group(1), match.group(1)) if match else None
     if family not in FAMILIES:
-        raise HarnessError(f"unknown metric {name!r}; valid metrics: {VALID_NAMES}")
-    k = int(match.group(2)) if match.group(2) is not None else None
+        raise HarnessError(f"unknown metric {name!r}; valid metrics: {VALID_NAMES}{_nearest(spelled)}")
+    cutoff = next((group for group in match.groups()[1:] if group is not None), None)
+    k = int(cutoff) if cutoff is not None else None
     if k is not None and k < 1:
         raise HarnessError(f"metric {name!r}: the cutoff k must be at least 1")
     if k is not None and FAMILIES[family].cutoff == "never":
         raise HarnessError(f"metric {name!r}: {family} takes no cutoff; write {family}")
-    return family, k
+    return family, k, match.group(1) in _CUT_ONLY
+
+
+def canonical_metric_name(name: str) -> str:
+    """The harness's name of one metric written in any known spelling (``ndcg_cut.10`` -> ``ndcg@10``);
+    a bare family stays bare (``AP`` -> ``map``, ``R`` -> ``recall``)."""
+    family, k, _ = _parse_one(name)
+    return _canonical(family, k)
 
 
 def _canonical(family: str, k: int | None) -> str:
@@ -160,15 +236,13 @@ def _canonical(family: str, k: int | None) -> str:
 
 def parse_metric_specs(names: Sequence[str], ks: Sequence[int] | None = None) -> list[MetricSpec]:
     """Parse metric names (case-insensitive) into specs, expanding bare names over ``ks``."""
-    if isinstance(names, str):
-        names = [names]
     cutoffs = list(dict.fromkeys(int(k) for k in ks)) if ks else []
     if any(k < 1 for k in cutoffs):
         raise HarnessError(f"cutoffs must be at least 1, got {list(ks)}")
     specs: dict[str, MetricSpec] = {}
-    for name in names:
-        family, k = _parse_one(name)
-        rule = FAMILIES[family].cutoff
+    for name in split_metric_names(names):
+        family, k, cut_only = _parse_one(name)
+        rule = "required" if cut_only else FAMILIES[family].cutoff
         if k is not None or rule == "never" or (rule == "optional" and not cutoffs):
             expanded = [k]
         elif cutoffs:
@@ -655,8 +729,8 @@ def _add_diagnostics(
     which judged@k ranks as ir_measures does."""
     names = [spec.name for spec in specs]
     cutoffs = judged_cutoffs(spec.k for spec in specs)
-    judged = judged_at_k(qrels, run_as_read, evaluation.per_query, cutoffs)
-    evaluation.judged = judged_summary(judged, cutoffs)
+    judged, reachable = judged_and_reachable(qrels, run_as_read, evaluation.per_query, cutoffs)
+    evaluation.judged = judged_summary(judged, cutoffs, reachable)
     evaluation.ties = tie_diagnostics(
         qrels,
         run,

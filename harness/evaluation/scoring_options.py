@@ -10,10 +10,24 @@ from typing import Any
 
 from harness.core.options import INT32_MAX, option
 from harness.datasets.qrels import DEFAULT_DUPLICATES, DEFAULT_INPUT_RULES, DUPLICATE_POLICIES, INPUT_RULES
-from harness.evaluation.metrics import SCORE_PRECISIONS, EvaluationSettings
+from harness.evaluation.metrics import OTHER_SPELLINGS, SCORE_PRECISIONS, VALID_NAMES, EvaluationSettings
 
 _EVALUATION = EvaluationSettings()
 Group = tuple[str, str | None] | None
+
+
+# What every ``--metrics`` / ``--metric`` help ends with: the names read, in every tool's spelling.
+METRIC_NAMES_HELP = f"names, case-insensitive: {VALID_NAMES}; {OTHER_SPELLINGS}"
+
+
+def metrics_option(default: Any, help: str, metavar: str | None = "NAME") -> Any:
+    """``--metrics NAME..``: metric names separated by spaces or commas, in any tool's spelling."""
+    return option(
+        default,
+        nargs="+",
+        metavar=metavar,
+        help=f"{help}; commas or spaces between names; {METRIC_NAMES_HELP}",
+    )
 
 
 def ks_option(help: str = "cut-offs that bare family names expand to", metavar: str | None = None) -> Any:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.models.model_registry import ModelRecord, unknown_model_error
+
+log = logging.getLogger(__name__)
 
 # Seconds to wait for the Hugging Face hub before deciding it is unreachable.
 HUB_TIMEOUT = 10.0
@@ -39,11 +42,17 @@ def fetch_from_hub(
     *,
     hint: str = "",
     registry: dict[str, ModelRecord] | None = None,
+    record_name: str | None = None,
+    advice: str | None = None,
 ) -> tuple[Path, str | None]:
     """Download (or find in the local Hugging Face cache) a hub model; return its folder and commit.
 
     Never hangs on a dead network: one metadata request with a short timeout decides whether the hub
-    is reachable; if not (or ``HF_HUB_OFFLINE`` is set), only the local cache is used.
+    is reachable; if not (or ``HF_HUB_OFFLINE`` is set), only the local cache is used: the hub cache's
+    own lookup first, then its ``models--org--name/snapshots/<commit>`` folders directly (a snapshot
+    copied in without its ``refs``). ``record_name`` is the registry record the model belongs to, named
+    in the advice so a copy made elsewhere still runs with the record's settings; ``advice`` replaces
+    that advice (a record's query model is not run by ``--weights``).
     """
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
@@ -78,22 +87,68 @@ def fetch_from_hub(
                     model_id, revision=info.sha, ignore_patterns=ignore, etag_timeout=HUB_TIMEOUT
                 )
             except Exception as error:
-                raise HarnessError(
-                    f"could not download {model_id} from the Hugging Face hub ({_first_line(error)}); "
-                    f"{hint}download it elsewhere and pass the folder: --model /path/to/folder"
-                ) from None
+                # The commit the hub names may already sit in the cache, copied there without its refs.
+                found = cached_snapshot(model_id, info.sha)
+                if found is None:
+                    raise HarnessError(
+                        f"could not download {model_id} from the Hugging Face hub ({_first_line(error)}); "
+                        f"{hint}{advice or offline_advice(model_id, revision or info.sha, record_name)}"
+                    ) from None
+                return found, info.sha
             return Path(folder), info.sha
     try:
-        folder = snapshot_download(model_id, revision=revision, local_files_only=True)
+        folder = Path(snapshot_download(model_id, revision=revision, local_files_only=True))
     except Exception:
-        raise HarnessError(
-            f"cannot fetch model {model_id} ({reason}) and it is not in the local Hugging Face cache; "
-            f"{hint}download it where there is network (`hf download {model_id} --local-dir DIR`) "
-            "and pass the folder: --model DIR"
-        ) from None
-    folder = Path(folder)
+        found = cached_snapshot(model_id, revision)
+        if found is None:
+            raise HarnessError(
+                f"cannot fetch model {model_id} ({reason}) and it is not in the local Hugging Face cache; "
+                f"{hint}{advice or offline_advice(model_id, revision, record_name)}"
+            ) from None
+        folder = found
     # Snapshot folders are named after the commit they hold.
-    return folder, folder.name if re.fullmatch(r"[0-9a-f]{40}", folder.name) else revision
+    return folder, folder.name if _COMMIT.fullmatch(folder.name) else revision
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def offline_advice(model_id: str, revision: str | None, record_name: str | None) -> str:
+    """How to run the model without the hub: download it where there is network, then point at it.
+
+    A registry model keeps its record (pooling, similarity, prompts) only with ``--model NAME
+    --weights DIR``; ``--model DIR`` alone would run the folder with sentence-transformers' defaults.
+    """
+    pinned = f" --revision {revision}" if revision else ""
+    download = f"download it where there is network (`hf download {model_id}{pinned} --local-dir DIR`)"
+    if record_name:
+        return (
+            f"{download}, then run it with its record's settings: --model {record_name} --weights DIR"
+        )
+    return f"{download}, then pass the folder: --model DIR"
+
+
+def cached_snapshot(model_id: str, revision: str | None) -> Path | None:
+    """A snapshot of ``model_id`` in the Hugging Face hub cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``).
+
+    The pinned ``revision`` when given (a commit); else the only snapshot, or the newest of several.
+    """
+    from huggingface_hub import constants
+
+    snapshots = Path(constants.HF_HUB_CACHE) / f"models--{model_id.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    candidates = [path for path in snapshots.iterdir() if path.is_dir() and any(path.iterdir())]
+    if revision is not None:
+        candidates = [path for path in candidates if path.name == revision]
+    if not candidates:
+        return None
+    chosen = max(candidates, key=lambda path: path.stat().st_mtime)
+    if len(candidates) > 1:
+        log.info(
+            "%s: %d snapshots in the hub cache, using the newest (%s)", model_id, len(candidates), chosen.name
+        )
+    return chosen
 
 
 def _first_line(error: BaseException) -> str:

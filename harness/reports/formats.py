@@ -16,8 +16,10 @@ from harness.results.collect import Collection
 FORMATS = ("md", "csv", "latex", "json")
 
 
-def legend(table: MetricTable, settings: SignificanceSettings, ci: bool = False) -> list[str]:
-    """Plain-text lines explaining the marks of ``table``."""
+def legend(
+    table: MetricTable, settings: SignificanceSettings, ci: bool = False, show: tuple[str, ...] = ()
+) -> list[str]:
+    """Plain-text lines explaining the marks of ``table``: the notes printed under it."""
     lines = ["Bold: best in the row (ties at the printed precision are all bold)."]
     if ci:
         lines.append(
@@ -34,18 +36,69 @@ def legend(table: MetricTable, settings: SignificanceSettings, ci: bool = False)
         lines.append(
             f"Judged@{table.judged_k} (beside each value: J, or its own table): the share of the top "
             f"{table.judged_k} documents that have a judgment (any grade); unjudged documents count as non-relevant."
+            + _reachable(table)
         )
     if table.baseline is not None:
         lines.append(
             f"{BETTER} / {WORSE}: significantly better / worse than {table.labels[table.baseline]} "
             f"({settings.describe()} over the {table.n_comparisons} comparisons in this table)."
         )
+        if show:
+            lines.append(f"{_shown_label(show)}: {_shown_explanation(show, table, settings)}.")
         lines.append(f"Pairing: {PAIRING_RULE}.")
-    lines.append(
-        f"Average: mean over the {len(table.average_over)} dataset(s) every model has"
-        + (f" ({', '.join(table.average_over)})." if table.average_over else ".")
-    )
+    if table.shows_average:
+        lines.append(
+            f"Average: mean over the {len(table.average_over)} datasets every model has"
+            f" ({', '.join(table.average_over)})."
+        )
     return lines + table.notes
+
+
+def _reachable(table: MetricTable) -> str:
+    """`` The qrels allow at most ...``: the highest Judged@k each dataset's judgments make possible."""
+    if not table.judged_ceilings:
+        return ""
+    shares = ", ".join(f"{key} {share:.2f}" for key, share in table.judged_ceilings.items())
+    return f" The qrels allow at most: {shares}."
+
+
+def caption(table: MetricTable) -> str:
+    """The table's one short sentence; what its marks mean is in the notes under it (:func:`legend`)."""
+    against = f", against {table.labels[table.baseline]}" if table.baseline is not None else ""
+    return f"{pretty_metric(table.metric)} per dataset{against}."
+
+
+def _shown_label(show: tuple[str, ...]) -> str:
+    return "(" + ", ".join({"delta": "+difference", "p": "p"}[what] for what in show) + ")"
+
+
+def _shown_explanation(show: tuple[str, ...], table: MetricTable, settings: SignificanceSettings) -> str:
+    parts = []
+    if "delta" in show:
+        parts.append(f"the value minus {table.labels[table.baseline]}'s over the paired queries")
+    if "p" in show:
+        adjusted = "unadjusted" if settings.correction == "none" else f"{settings.correction}-adjusted"
+        parts.append(f"the {adjusted} p of that difference")
+    return " and ".join(parts)
+
+
+def p_text(p_value: float) -> str:
+    """A p value as papers print it: three decimals, or ``p<0.001``."""
+    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"
+
+
+def shown_text(cell: Cell, show: tuple[str, ...], digits: int) -> str:
+    """``(+0.0123, p=0.021)``: the cell's difference from the baseline and its corrected p, as ``show``
+    asks; "" for the baseline itself and cells without a test."""
+    test = cell.comparison
+    if not show or test is None:
+        return ""
+    parts = []
+    if "delta" in show:
+        parts.append(f"{test.difference:+.{digits}f}")
+    if "p" in show:
+        parts.append(p_text(test.p_value_adjusted))
+    return f"({', '.join(parts)})"
 
 
 def _format(value: float | None, digits: int) -> str:
@@ -64,7 +117,7 @@ def render_markdown(tableset: TableSet) -> str:
             text = _format(cell.value, tableset.digits)
             if cell.best:
                 text = f"**{text}**"
-            return " ".join([text, *_annotations(cell, tableset.digits)])
+            return " ".join([text, *_annotations(cell, tableset.digits, tableset.show)])
 
         for row in table.rows:
             out.append(
@@ -72,12 +125,15 @@ def render_markdown(tableset: TableSet) -> str:
                 + " | ".join([_md_escape(row.key), *(cell_text(row.cells[s]) for s in table.columns)])
                 + " |"
             )
-        label = f"average ({len(table.average_over)})"
-        out.append(
-            "| " + " | ".join([f"*{label}*", *(cell_text(table.average[s]) for s in table.columns)]) + " |"
-        )
+        if table.shows_average:
+            label = f"average ({len(table.average_over)})"
+            out.append(
+                "| "
+                + " | ".join([f"*{label}*", *(cell_text(table.average[s]) for s in table.columns)])
+                + " |"
+            )
         out.append("")
-        out.extend(f"_{line}_  " for line in legend(table, tableset.significance, tableset.ci))
+        out.extend(f"_{line}_  " for line in legend(table, tableset.significance, tableset.ci, tableset.show))
         out.append("")
         out.extend(_judged_markdown(table))
     out.extend(_skipped_lines(tableset.collection))
@@ -101,9 +157,11 @@ def _judged_markdown(table: MetricTable) -> list[str]:
     return [*out, ""]
 
 
-def _annotations(cell: Cell, digits: int) -> list[str]:
-    """What follows a value in text formats: significance mark, tie mark, interval, judged share."""
+def _annotations(cell: Cell, digits: int, show: tuple[str, ...] = ()) -> list[str]:
+    """What follows a value in text formats: significance mark, difference and p, tie mark, interval."""
     parts = [cell.mark] if cell.mark else []
+    if shown_text(cell, show, digits):
+        parts.append(shown_text(cell, show, digits))
     if cell.tied_with_best and not cell.best:
         parts.append(TIED)
     if cell.interval is not None:
@@ -206,6 +264,17 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
+def _latex_text(text: str) -> str:
+    """Plain legend text as LaTeX: escaped, the marks as math symbols."""
+    text = latex_escape(text).replace(BETTER, r"$\uparrow$").replace(WORSE, r"$\downarrow$")
+    return text.replace(TIED, r"$\approx$")
+
+
+def _latex_p(text: str) -> str:
+    """``p=0.021`` and ``p<0.001`` with the p in math italics, as papers set it."""
+    return text.replace("p<0.001", "$p<0.001$").replace("p=", "$p$=")
+
+
 def render_latex(tableset: TableSet) -> str:
     """booktabs tables (``\\usepackage{booktabs}``); marks are math arrows, best cells ``\\textbf``."""
     marks = {BETTER: r"$^{\uparrow}$", WORSE: r"$^{\downarrow}$"}
@@ -220,18 +289,21 @@ def render_latex(tableset: TableSet) -> str:
             text += marks.get(cell.mark, "") + (
                 r"$^{\approx}$" if cell.tied_with_best and not cell.best else ""
             )
+            shown = shown_text(cell, tableset.show, tableset.digits)
+            if shown:
+                text += rf" {{\scriptsize{_latex_p(latex_escape(shown))}}}"
             if cell.interval is not None:
                 low, high = (f"{value:.{tableset.digits}f}" for value in cell.interval)
                 text += rf" {{\scriptsize[{low}, {high}]}}"
             return text
 
-        caption = " ".join(legend(table, tableset.significance, tableset.ci))
-        caption = latex_escape(caption).replace(BETTER, r"$\uparrow$").replace(WORSE, r"$\downarrow$")
-        caption = caption.replace(TIED, r"$\approx$")
+        notes = [
+            _latex_text(line) for line in legend(table, tableset.significance, tableset.ci, tableset.show)
+        ]
         out += [
             r"\begin{table}[t]",
             r"\centering",
-            rf"\caption{{{latex_escape(pretty_metric(table.metric))}. {caption}}}",
+            rf"\caption{{{latex_escape(caption(table))}}}",
             rf"\begin{{tabular}}{{l{'r' * len(table.columns)}}}",
             r"\toprule",
             " & ".join(["Dataset", *(latex_escape(table.labels[s]) for s in table.columns)]) + r" \\",
@@ -242,17 +314,22 @@ def render_latex(tableset: TableSet) -> str:
                 " & ".join([latex_escape(row.key), *(cell_text(row.cells[s]) for s in table.columns)])
                 + r" \\"
             )
-        out.append(r"\midrule")
-        out.append(
-            " & ".join(
-                [
-                    f"Average ({len(table.average_over)})",
-                    *(cell_text(table.average[s]) for s in table.columns),
-                ]
+        if table.shows_average:
+            out.append(r"\midrule")
+            out.append(
+                " & ".join(
+                    [
+                        f"Average ({len(table.average_over)})",
+                        *(cell_text(table.average[s]) for s in table.columns),
+                    ]
+                )
+                + r" \\"
             )
-            + r" \\"
-        )
-        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+        out += [r"\bottomrule", r"\end{tabular}"]
+        # The explanations: one block of notes under the table, not in the caption.
+        out += [r"\par\smallskip", r"\begin{minipage}{\linewidth}\footnotesize\raggedright"]
+        out += [f"{line}\\par" for line in notes]
+        out += [r"\end{minipage}", r"\end{table}", ""]
     if tableset.collection.skipped:
         out += [f"% skipped {path}: {reason}" for path, reason in tableset.collection.skipped]
     return "\n".join(out).rstrip() + "\n"
@@ -302,7 +379,8 @@ def tables_to_json(tableset: TableSet) -> dict[str, Any]:
                     "cells": {table.labels[s]: cell_json(table.average[s]) for s in table.columns},
                 },
                 "n_comparisons": table.n_comparisons,
-                "legend": legend(table, tableset.significance, tableset.ci),
+                "caption": caption(table),
+                "legend": legend(table, tableset.significance, tableset.ci, tableset.show),
             }
             for table in tableset.tables
         ],

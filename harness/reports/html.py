@@ -18,8 +18,8 @@ from typing import Any
 from harness import __version__
 from harness.core.fileio import atomic_write
 from harness.evaluation.metrics import HEADLINE_METRICS, pretty_metric
-from harness.reports.charts import render_charts
-from harness.reports.formats import legend
+from harness.reports.charts import render_charts, series_colours
+from harness.reports.formats import caption, legend, shown_text
 from harness.reports.perquery import SORT_SCRIPT, per_query_section
 from harness.reports.tables import BETTER, TIED, Cell, MetricTable, TableSet
 from harness.results.result_store import StoredResult
@@ -36,7 +36,10 @@ table.results th, table.results td { padding: .3rem .7rem; border-bottom: 1px so
 table.results td.num { text-align: right; } table.results th { background: #f6f6f6; text-align: left; }
 table.results tr.average td { border-top: 2px solid #999; font-style: italic; }
 td.best { font-weight: 700; } .mark { color: #0a6; } .mark.worse { color: #c33; }
-.legend { color: #555; font-size: .85rem; margin: 0; } img.chart { max-width: 100%; border: 1px solid #eee; }
+.legend { color: #555; font-size: .85rem; margin: 0; } .shown { color: #555; font-size: .8rem; }
+ul.chart-legend { list-style: none; padding: 0; margin: .2rem 0 1rem; display: flex; flex-wrap: wrap;
+  gap: .2rem 1.2rem; font-size: .85rem; } ul.chart-legend li { overflow-wrap: anywhere; max-width: 100%; }
+.notes { border-top: 1px solid #e5e5e5; padding-top: .3rem; max-width: 60rem; } .caption { margin: .3rem 0; } img.chart { max-width: 100%; border: 1px solid #eee; }
 .skipped { background: #fff4e5; border-left: 4px solid #f0a020; padding: .5rem 1rem; }
 details { margin: .4rem 0; border: 1px solid #e5e5e5; border-radius: 4px; padding: .3rem .7rem; }
 summary { cursor: pointer; font-weight: 600; } dl { display: grid; grid-template-columns: 12rem 1fr; gap: .2rem 1rem; }
@@ -46,7 +49,9 @@ table.sortable thead th { cursor: pointer; } th[aria-sort="ascending"]::after { 
 th[aria-sort="descending"]::after { content: " ▼"; } .ci, .judged { color: #666; font-size: .8rem; }
 .tied { color: #36c; } .scroll { max-height: 24rem; overflow-y: auto; } svg.scatter { float: right; margin: 0 0 1rem 1rem; }
 section.pair { clear: both; border-top: 1px solid #eee; padding-top: .5rem; } table.moved ol { margin: 0; padding-left: 1.2rem; }
-table.moved td { vertical-align: top; font-size: .85rem; } table.moved li { white-space: nowrap; }
+table.moved td { vertical-align: top; font-size: .85rem; max-width: 22rem; } table.moved li { overflow-wrap: anywhere; }
+.query-text { font-weight: 400; color: #333; font-size: .8rem; max-width: 18rem; } .doc-title { color: #555; }
+table.moved ul { margin: 0; padding-left: 1rem; }
 table.queries { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 table.queries th, table.queries td { padding: .25rem .6rem; border-bottom: 1px solid #eee; text-align: left; }
 table.queries td.num { text-align: right; } table.queries thead th { background: #f6f6f6; }
@@ -82,7 +87,7 @@ def _cell_extras(cell: Cell, digits: int) -> str:
     return "".join(parts)
 
 
-def _cell_html(cell: Cell, digits: int) -> str:
+def _cell_html(cell: Cell, digits: int, show: tuple[str, ...] = ()) -> str:
     text = "–" if cell.value is None else f"{cell.value:.{digits}f}"
     classes = (
         ["num"]
@@ -102,6 +107,9 @@ def _cell_html(cell: Cell, digits: int) -> str:
             f"p = {test.p_value:.3g}, adjusted p = {test.p_value_adjusted:.3g}"
         )
         mark = f' <span class="mark {kind}" title="{escape(title)}">{escape(cell.mark)}</span>'
+    shown = shown_text(cell, show, digits)
+    if shown:
+        mark += f' <span class="shown">{escape(shown)}</span>'
     sort = "" if cell.value is None else f' data-sort="{cell.value!r}"'
     return (
         f'<td class="{" ".join(classes)}"{sort}>{escape(text)}{mark}{_cell_extras(cell, digits)}{data}</td>'
@@ -115,15 +123,29 @@ def table_html(table: MetricTable, tableset: TableSet) -> str:
         f"<thead><tr><th>dataset</th>{head}</tr></thead><tbody>",
     ]
     for row in table.rows:
-        cells = "".join(_cell_html(row.cells[slug], tableset.digits) for slug in table.columns)
+        cells = "".join(_cell_html(row.cells[slug], tableset.digits, tableset.show) for slug in table.columns)
         lines.append(f"<tr><th>{escape(row.key)}</th>{cells}</tr>")
-    cells = "".join(_cell_html(table.average[slug], tableset.digits) for slug in table.columns)
-    lines.append(f'<tr class="average pinned"><td>average ({len(table.average_over)})</td>{cells}</tr>')
+    if table.shows_average:
+        cells = "".join(_cell_html(table.average[slug], tableset.digits) for slug in table.columns)
+        lines.append(f'<tr class="average pinned"><td>average ({len(table.average_over)})</td>{cells}</tr>')
     lines.append("</tbody></table>")
-    lines += [
-        f'<p class="legend">{escape(line)}</p>' for line in legend(table, tableset.significance, tableset.ci)
-    ]
+    # The explanations: one block of notes under the table.
+    notes = legend(table, tableset.significance, tableset.ci, tableset.show)
+    lines.append(
+        '<div class="notes">' + "".join(f'<p class="legend">{escape(line)}</p>' for line in notes) + "</div>"
+    )
     return "\n".join(lines)
+
+
+def chart_legend_html(table: MetricTable) -> str:
+    """The chart's legend again as text under it: every name in full, selectable and searchable, with its
+    bars' colour (an SVG swatch: the page's policy allows no style attribute)."""
+    items = "".join(
+        f'<li><svg class="swatch" width="12" height="12" aria-hidden="true"><rect width="12" height="12" '
+        f'fill="{colour}"/></svg> <span class="system">{escape(table.labels[slug])}</span></li>'
+        for slug, colour in zip(table.columns, series_colours(len(table.columns)), strict=True)
+    )
+    return f'<ul class="chart-legend" aria-label="chart legend">{items}</ul>'
 
 
 def _definition_list(pairs: list[tuple[str, Any]]) -> str:
@@ -221,6 +243,7 @@ def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, re
         )
     for table in tableset.tables:
         parts.append(f'<h2 id="metric-{escape(table.metric)}">{escape(pretty_metric(table.metric))}</h2>')
+        parts.append(f'<p class="caption">{escape(caption(table))}</p>')
         parts.append(table_html(table, tableset))
         png = charts.get(table.metric)
         if png:
@@ -229,6 +252,7 @@ def build_report(tableset: TableSet, charts: dict[str, bytes], *, title: str, re
             parts.append(
                 f'<p><img class="chart" alt="{escape(alt)}" src="data:image/png;base64,{encoded}"></p>'
             )
+            parts.append(chart_legend_html(table))
     parts.append(per_query_section(tableset))
     parts.append('<h2 id="runs">Runs and their provenance</h2>')
     used = sorted(tableset.sources.values(), key=lambda r: (r.dataset, r.split, r.model))

@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 
 from harness.core.errors import HarnessError
 from harness.evaluation.comparison import Comparison, SignificanceSettings, apply_correction, compare_values
-from harness.evaluation.judged import WARN_BELOW, judged_name
-from harness.evaluation.metrics import empty_ranking_value
+from harness.evaluation.judged import FAR_BELOW, far_below, judged_name
+from harness.evaluation.metrics import canonical_metric_name, empty_ranking_value, split_metric_names
 from harness.evaluation.significance import bootstrap_interval
 from harness.reproduction.references import model_aliases
 from harness.results.collect import Collection, display_labels, select_models
 from harness.results.result_store import StoredResult
 
 BETTER, WORSE = "↑", "↓"
+# What a cell can show besides its value with a baseline (``--show delta,p``): the difference from the
+# baseline and the corrected p of that difference.
+SHOWABLE = ("delta", "p")
 TIED = "≈"  # statistically tied with the best of its row
 MISSING = "–"
 
@@ -65,6 +68,13 @@ class MetricTable:
     n_comparisons: int = 0
     notes: list[str] = field(default_factory=list)
     judged_k: int | None = None  # k of the judged@k shown beside the cells (nDCG@k tables)
+    judged_ceilings: dict[str, float] = field(default_factory=dict)  # row key -> highest judged@k reachable
+
+    @property
+    def shows_average(self) -> bool:
+        """Whether the paper-style formats print an average row: only over two datasets or more (over one
+        it would repeat that row)."""
+        return len(self.average_over) >= 2
 
 
 @dataclass
@@ -74,6 +84,7 @@ class TableSet:
     significance: SignificanceSettings
     digits: int = 4
     ci: bool = False  # intervals on every cell and tied-with-best marks
+    show: tuple[str, ...] = ()  # what cells show besides value and mark (SHOWABLE), with a baseline
     # (row key, model slug) -> the result behind that cell (charts need its per-query values)
     sources: dict[tuple[str, str], StoredResult] = field(default_factory=dict)
 
@@ -220,26 +231,69 @@ def _tied_with_best(
         )
 
 
+def _judged_ceiling(result: StoredResult, k: int) -> float | None:
+    """The reachable mean Judged@k a result recorded (None in results from before it was recorded)."""
+    block = result.judged.get("ceiling")
+    value = block.get(judged_name(k)) if isinstance(block, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _judged_beside(table: MetricTable, by_key: dict[tuple[str, str], StoredResult]) -> None:
-    """Judged@k beside nDCG@k cells; a note names the cells under the warning threshold."""
+    """Judged@k beside nDCG@k cells; a note names the cells far below what their qrels allow or far
+    below the best Judged@k of their row (:mod:`harness.evaluation.judged`)."""
     family, _, cutoff = table.metric.partition("@")
     if family != "ndcg" or not cutoff.isdigit():
         return
     k = int(cutoff)
     low: list[str] = []
     for row in table.rows:
+        shares = {}
         for slug, cell in row.cells.items():
             result = by_key.get((row.key, slug))
             cell.judged = result.judged_share(k) if result is not None else None
-            if cell.judged is not None and cell.judged < WARN_BELOW:
-                low.append(f"{table.labels[slug]} on {row.key} {cell.judged:.2f}")
+            if cell.judged is not None:
+                shares[slug] = cell.judged
+        best = max(shares.values(), default=0.0)
+        for slug, share in shares.items():
+            ceiling = _judged_ceiling(by_key[(row.key, slug)], k)
+            if ceiling is not None:
+                table.judged_ceilings[row.key] = max(ceiling, table.judged_ceilings.get(row.key, 0.0))
+            if far_below(share, best) or (ceiling is not None and far_below(share, ceiling)):
+                reachable = "" if ceiling is None else f" of a reachable {ceiling:.2f}"
+                low.append(f"{table.labels[slug]} on {row.key} {share:.2f}{reachable}")
     if any(cell.judged is not None for row in table.rows for cell in row.cells.values()):
         table.judged_k = k
     if low:
         table.notes.append(
-            f"Warning: {judged_name(k)} < {WARN_BELOW} ({', '.join(low)}): unjudged documents count as "
-            "non-relevant, so these values may understate the systems."
+            f"Warning: {judged_name(k)} more than {FAR_BELOW:g} below what the qrels allow or below its row's "
+            f"best ({', '.join(low)}): unjudged documents count as non-relevant, so these values may "
+            "understate the systems."
         )
+
+
+def shown_extras(show: Iterable[str], baseline: str | None) -> tuple[str, ...]:
+    """``--show`` values (commas or spaces) checked: each one of :data:`SHOWABLE`, and a baseline given."""
+    pieces = [piece for value in ([show] if isinstance(show, str) else show) for piece in value.split(",")]
+    chosen = tuple(dict.fromkeys(piece.strip().lower() for piece in pieces if piece.strip()))
+    unknown = [piece for piece in chosen if piece not in SHOWABLE]
+    if unknown:
+        raise HarnessError(
+            f"--show {','.join(unknown)}: choose from {', '.join(SHOWABLE)} (e.g. --show delta,p)"
+        )
+    if chosen and baseline is None:
+        raise HarnessError(
+            f"--show {','.join(chosen)} needs --baseline: the differences are from the baseline"
+        )
+    return chosen
+
+
+def _canonical_or_as_given(name: str) -> str:
+    """The harness's name of a metric in any tool's spelling; a name the parser does not know is looked up
+    as written (lower-cased), so a stored result's own metric names always work."""
+    try:
+        return canonical_metric_name(name)
+    except HarnessError:
+        return name.strip().lower()
 
 
 def build_tables(
@@ -252,12 +306,15 @@ def build_tables(
     significance: SignificanceSettings | None = None,
     digits: int = TableSet.digits,
     ci: bool = False,
+    show: Iterable[str] = (),
 ) -> TableSet:
     """One :class:`MetricTable` per metric over the collected results (filtered by dataset and model).
 
     ``ci``: a bootstrap interval on every cell and, per row, the systems statistically tied with the best.
+    ``show``: with a ``baseline``, what each cell shows beside its value (:data:`SHOWABLE`).
     """
     significance = (significance or SignificanceSettings()).validate()
+    show = shown_extras(show, baseline)
     results = collection.results
     if datasets:
         unknown = [name for name in datasets if not any(r.dataset == name for r in results)]
@@ -293,7 +350,7 @@ def build_tables(
             if dataset == name and (key, dataset, split) not in row_keys:
                 row_keys.append((key, dataset, split))
 
-    metric_names = [metric.strip().lower() for metric in metrics]
+    metric_names = list(dict.fromkeys(_canonical_or_as_given(name) for name in split_metric_names(metrics)))
     available = {name for r in results for name in r.metrics}
     missing = [metric for metric in metric_names if metric not in available]
     if missing:
@@ -332,9 +389,14 @@ def build_tables(
             baseline=baseline_slug,
         )
         left_out = [row.key for row in rows if row not in complete_rows]
-        if left_out:
+        if left_out and table.shows_average:
             table.notes.append(
                 f"Average leaves out {', '.join(left_out)} (not every model has a result there)."
+            )
+        elif left_out:
+            table.notes.append(
+                f"No average row: {', '.join(left_out)} lack(s) a result of some model"
+                + (f", so only {complete_rows[0].key} has them all." if complete_rows else ".")
             )
         if baseline_slug is not None and len(columns) > 1:
             _significance(table, by_key, significance)
@@ -344,5 +406,11 @@ def build_tables(
         _judged_beside(table, by_key)
         tables.append(table)
     return TableSet(
-        tables=tables, collection=collection, significance=significance, digits=digits, ci=ci, sources=by_key
+        tables=tables,
+        collection=collection,
+        significance=significance,
+        digits=digits,
+        ci=ci,
+        show=show,
+        sources=by_key,
     )

@@ -15,7 +15,13 @@ from typing import Any
 from harness.core.errors import HarnessError
 from harness.evaluation.judged import HEADLINE_K
 from harness.evaluation.metrics import HEADLINE_METRICS
-from harness.reproduction.references import Reference, find_references, model_aliases, read_references
+from harness.reproduction.references import (
+    RecordedSettings,
+    Reference,
+    find_references,
+    model_aliases,
+    read_references,
+)
 from harness.results.collect import model_labels
 from harness.results.result_store import StoredResult, load_result
 from harness.results.settings_diff import (
@@ -27,6 +33,7 @@ from harness.results.settings_diff import (
     per_query_diff,
     protocol_diff,
     result_protocol,
+    split_mappings,
 )
 
 REFERENCE_PREFIX = "ref"
@@ -35,6 +42,17 @@ DIFF_METRIC = HEADLINE_METRICS[0]  # the per-query picture shows the headline me
 DIFF_METRICS = (*HEADLINE_METRICS, f"judged@{HEADLINE_K}", "map", "mrr@10", "p@10")
 _RECALL = {"plain": "plain (trec_eval recall.k)", "capped": "capped (BEIR R_cap@k)"}
 _AVERAGING = {"complete": True, "retrieved": False}
+# A source's recorded model settings (references.yaml ``models:``) -> the names a result's protocol uses.
+_MODEL_SETTING_NAMES = {
+    "kind": "model kind",
+    "query_prefix": "query prefix",
+    "doc_prefix": "document prefix",
+    "pooling": "pooling",
+    "normalize": "normalisation",
+    "max_length": "max length",
+    "title_join": "title joining",
+    "params": "model parameters",
+}
 
 
 def is_reference_spec(spec: str) -> bool:
@@ -94,7 +112,25 @@ def reference_protocol(reference: Reference) -> Protocol:
         protocol["top-k"] = conditions["top_k"]
     if "recall" in conditions:
         protocol["recall definition"] = _RECALL.get(conditions["recall"], conditions["recall"])
-    return protocol
+    return {**protocol, **_model_settings(reference.settings)}
+
+
+def _model_settings(settings: RecordedSettings | None) -> Protocol:
+    """How the source ran the model, under the setting names a result's protocol uses; unstated ones left out."""
+    if settings is None:
+        return {}
+    stated = settings.model_dump(exclude={"stated_by"}, exclude_defaults=True)
+    return {_MODEL_SETTING_NAMES[key]: value for key, value in stated.items()}
+
+
+def _settings_note(reference: Reference) -> str:
+    settings = reference.settings
+    if settings is None:
+        return (
+            f"{reference.source.id} states no model settings for {reference.model} (only its evaluation "
+            "conditions); they can be added under the source's models: in references.yaml"
+        )
+    return f"B's model settings as {reference.source.id} states them: {' '.join(settings.stated_by.split())}"
 
 
 def describe_reference(reference: Reference) -> str:
@@ -117,6 +153,7 @@ class DiffReport:
     metrics: list[tuple[str, float, float]]  # (metric, A, B) for the metrics both record
     per_query: PerQueryDiff | None  # None when B is a published cell (it has no per-query values)
     notes: list[str] = field(default_factory=list)
+    b_is_reference: bool = False  # B is a published cell: what it does not record is said as such
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +162,7 @@ class DiffReport:
             "protocol_differences": [
                 {"setting": d.setting, "a": d.a, "b": d.b} for d in self.protocol.differences
             ],
+            "equal_settings": self.protocol.equal,
             "not_recorded_by_a": self.protocol.only_b,
             "not_recorded_by_b": self.protocol.only_a,
             "metrics": [{"metric": name, "a": a, "b": b, "b_minus_a": b - a} for name, a, b in self.metrics],
@@ -160,12 +198,10 @@ def build_diff(
     a = load_result(a_spec)
     if is_reference_spec(str(b_spec)):
         reference, notes = find_reference(str(b_spec), a, references_file)
-        protocol = protocol_diff(result_protocol(a), reference_protocol(reference))
-        protocol.only_a = []  # a source states only some conditions; the rest are not differences
-        notes = [
-            *notes,
-            "B is a published number: it has no per-query values, so there is no per-query picture.",
-        ]
+        # A source states only some settings: those it leaves out are listed as unrecorded, not differences.
+        protocol = protocol_diff(*split_mappings(result_protocol(a), reference_protocol(reference)))
+        notes = [*notes, _settings_note(reference)]
+        notes.append("B is a published number: it has no per-query values, so there is no per-query picture.")
         return DiffReport(
             _describe_result(a),
             describe_reference(reference),
@@ -173,6 +209,7 @@ def build_diff(
             _shared_metrics(_with_judged(a), reference.metrics, metric),
             None,
             notes,
+            b_is_reference=True,
         )
     b = load_result(b_spec)
     same_queries = (a.dataset, a.split) == (b.dataset, b.split)

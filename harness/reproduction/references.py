@@ -12,13 +12,14 @@ each carrying its file, ``dataset_revision`` and ``mteb_version``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import StrictFloat, field_validator, model_validator
 
-from harness.core.config import Record, read_yaml, record_files, validate
+from harness.core.config import Record, read_yaml, record_files, shipped_dir, validate
 from harness.core.errors import HarnessError, InputError
 from harness.core.options import option
 from harness.models.model_registry import find_record
@@ -29,6 +30,21 @@ from harness.results.result_store import StoredResult
 REFERENCES_FILE = "references.yaml"
 # The source an MTEB results folder's cells belong to (its conditions: references.yaml's entry).
 MTEB_SOURCE = "mteb-results"
+
+
+class RecordedSettings(Record):
+    """How a source ran one model, in the terms a harness result records its settings (what
+    ``harness diff RESULT ref:...`` sets beside the result's); ``stated_by`` says where the source states it."""
+
+    stated_by: str
+    kind: str | None = None
+    title_join: str | None = None
+    params: dict[str, Any] = {}
+    pooling: str | None = None
+    normalize: bool | None = None
+    max_length: int | None = None
+    query_prefix: str | None = None
+    doc_prefix: str | None = None
 
 
 class SourceRecord(Record):
@@ -43,6 +59,7 @@ class SourceRecord(Record):
     table: str | None = None
     evaluator: str | None = None
     conditions: dict[str, Any] = {}
+    models: dict[str, RecordedSettings] = {}  # model name or alias -> how the source ran it
     note: str = ""
 
     @model_validator(mode="after")
@@ -94,6 +111,12 @@ class Source:
     location: str  # "repo/file@commit" or "paper, table"
     conditions: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    models: dict[str, RecordedSettings] = field(default_factory=dict)
+
+    def model_settings(self, model: str) -> RecordedSettings | None:
+        """How this source ran ``model`` (matched by its name, its record's name or an alias), if it says."""
+        names = {name.lower() for name in model_aliases(model)}
+        return next((settings for key, settings in self.models.items() if key.lower() in names), None)
 
 
 @dataclass(frozen=True)
@@ -128,6 +151,11 @@ class Reference:
     @property
     def note(self) -> str:
         return self.entry.note.strip()
+
+    @property
+    def settings(self) -> RecordedSettings | None:
+        """How the source ran this cell's model, where it says (``models:`` of its source)."""
+        return self.source.model_settings(self.model)
 
     @property
     def split(self) -> str | None:
@@ -165,6 +193,7 @@ def _source(source_id: str, record: SourceRecord) -> Source:
         location=location or record.url or "",
         conditions=dict(record.conditions),
         note=record.note.strip(),
+        models=dict(record.models),
     )
 
 
@@ -235,10 +264,11 @@ def _mteb_source(folder: Path) -> Source:
     shipped = _source(MTEB_SOURCE, record) if record is not None else None
     return Source(
         id=MTEB_SOURCE,
-        title=f"MTEB results folder {folder}",
-        location=str(folder),
+        title=f"MTEB results folder {display_path(folder)}",
+        location=display_path(folder),
         conditions=dict(shipped.conditions) if shipped else {},
         note=shipped.note if shipped else "",
+        models=dict(shipped.models) if shipped else {},
     )
 
 
@@ -279,11 +309,23 @@ def _mteb_references(folder: Path) -> ReferenceSet:
             chosen[key] = cell
     references = [
         Reference(
-            _mteb_entry(cell, chosen[(cell.model.lower(), cell.dataset)] is cell), source, str(cell.file)
+            _mteb_entry(cell, chosen[(cell.model.lower(), cell.dataset)] is cell),
+            source,
+            display_path(cell.file),
         )
         for cell in imported.cells
     ]
     return ReferenceSet(references, imported.notes)
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` as a report may show it: a shipped record relative to the package's folder
+    (``harness/records/suites/NAME.yaml``), anything else relative to the current directory."""
+    path = Path(path).resolve()
+    package_parent = shipped_dir().resolve().parent.parent
+    if path.is_relative_to(package_parent / "harness"):
+        return path.relative_to(package_parent).as_posix()
+    return os.path.relpath(path)
 
 
 def model_aliases(name: str) -> set[str]:

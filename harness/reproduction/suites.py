@@ -41,8 +41,8 @@ one with no harness equivalent is SKIPPED with the reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from harness.reproduction.pyserini_2cr import is_2cr, read_2cr
 from harness.reproduction.references import (
     Reference,
     ReferenceSet,
+    display_path,
     find_references,
     model_aliases,
     read_references,
@@ -116,6 +117,8 @@ class ConditionRecord(Record):
     metrics: list[str] | None = None
     tolerance: StrictFloat | None = None
     options: dict[str, Any] = {}
+    skip: str | None = None  # why the cell cannot run in the harness (no record for its system, licensed data)
+    verified: bool = True  # False: the inline value could not be read back from its source
 
     _tolerance = field_validator("tolerance")(_checked_tolerance)
     _options = field_validator("options")(_checked_options)
@@ -162,6 +165,7 @@ class Condition:
     options: dict[str, Any] = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # other published values for the same cells
     skip: str = ""  # why the condition cannot run here (a 2CR condition with no harness model)
+    verified: bool = True  # False: the published number could not be read back from its source
 
 
 @dataclass
@@ -193,13 +197,24 @@ class Check:
 class ReproduceReport:
     suite: Suite
     checks: list[Check]
+    # SKIPPED conditions never fail the run, not even when none could run or the suite sets fail_on_skip.
+    allow_skipped: bool = False
 
     def count(self, status: str) -> int:
         return sum(1 for check in self.checks if check.status == status)
 
     @property
+    def nothing_reproduced(self) -> bool:
+        """No cell was compared at all: a run that checked nothing must not read as a pass."""
+        return not self.count(OK) and not self.count(MISS)
+
+    @property
     def exit_code(self) -> int:
-        if self.count(MISS) or (self.suite.fail_on_skip and self.count(SKIPPED)):
+        if self.count(MISS):
+            return 1
+        if self.allow_skipped:
+            return 0
+        if self.nothing_reproduced or (self.suite.fail_on_skip and self.count(SKIPPED)):
             return 1
         return 0
 
@@ -220,7 +235,7 @@ def suite_path(name_or_path: str) -> Path:
 
 def _from_references(
     path: Path, where: str, model: str, dataset: str, source_id: str | None, references: list[Reference]
-) -> tuple[dict[str, float], str, list[str]]:
+) -> tuple[dict[str, float], str, list[str], bool]:
     found = find_references(references, model_aliases(model), dataset)
     if not found:
         raise InputError(path, None, f"{where}: references.yaml has no entry for {model} on {dataset}")
@@ -240,7 +255,7 @@ def _from_references(
         for ref in found
         if ref is not chosen
     ]
-    return dict(chosen.metrics), chosen.describe(), others
+    return dict(chosen.metrics), chosen.describe(), others, chosen.verified
 
 
 class _References:
@@ -272,10 +287,12 @@ class _References:
 
 def _expected_values(
     path: Path, where: str, entry: ConditionRecord, references: _References
-) -> tuple[dict[str, float], str, list[str]]:
+) -> tuple[dict[str, float], str, list[str], bool]:
+    """The expected values, their source, the other sources' values and whether the source was read back
+    (an inline value is the suite author's word for it)."""
     if entry.expected is not None:
         expected = {key.lower(): float(value) for key, value in entry.expected.items()}
-        return expected, str(entry.source), []
+        return expected, str(entry.source), [], True
     folder = references.folder(entry.reference)
     source_id = None if folder is not None else entry.reference
     return _from_references(path, where, entry.model, entry.dataset, source_id, references.get(folder))
@@ -296,7 +313,7 @@ def load_suite(name_or_path: str, references_file: str | Path | None = None) -> 
     conditions = []
     for number, entry in enumerate(document.conditions, start=1):
         where = f"condition {number}"
-        expected, source, also = _expected_values(path, where, entry, references)
+        expected, source, also, verified = _expected_values(path, where, entry, references)
         if entry.metrics:
             wanted = [metric.lower() for metric in entry.metrics]
             unknown = [metric for metric in wanted if metric not in expected]
@@ -312,6 +329,8 @@ def load_suite(name_or_path: str, references_file: str | Path | None = None) -> 
                 tolerance=document.tolerance if entry.tolerance is None else entry.tolerance,
                 options={**document.options, **entry.options},
                 also=also,
+                verified=verified and entry.verified,
+                skip=entry.skip or "",
             )
         )
     return Suite(
@@ -356,6 +375,90 @@ def _checked_2cr_options(path: Path, options: dict[str, Any]) -> dict[str, Any]:
         raise InputError(path, None, f"options of the pyserini_2cr.yaml record: {error}") from None
 
 
+# ------------------------------------------------------------------------------------------- selecting
+
+
+def _names(values: Sequence[str]) -> str:
+    return ", ".join(sorted(dict.fromkeys(values)))
+
+
+def select_conditions(
+    suite: Suite, models: Sequence[str] | None = None, datasets: Sequence[str] | None = None
+) -> Suite:
+    """The suite with only the conditions of ``models`` (by name or alias) and ``datasets``; a model or
+    dataset that no condition names is an error listing the suite's own."""
+    if not models and not datasets:
+        return suite
+    kept = suite.conditions
+    if models:
+        aliases = {model: {name.lower() for name in model_aliases(model)} for model in models}
+        for model, names in aliases.items():
+            if not any(condition.model.lower() in names for condition in suite.conditions):
+                raise HarnessError(
+                    f"suite {suite.name} has no condition for model {model!r} (--models); its models: "
+                    + _names(condition.model for condition in suite.conditions)
+                )
+        wanted = set().union(*aliases.values())
+        kept = [condition for condition in kept if condition.model.lower() in wanted]
+    if datasets:
+        for dataset in datasets:
+            if not any(condition.dataset == dataset for condition in suite.conditions):
+                raise HarnessError(
+                    f"suite {suite.name} has no condition for dataset {dataset!r} (--datasets); its "
+                    "datasets: " + _names(condition.dataset for condition in suite.conditions)
+                )
+        kept = [condition for condition in kept if condition.dataset in datasets]
+    if not kept:
+        raise HarnessError(
+            f"suite {suite.name} has no condition for both --models {' '.join(models or [])} and "
+            f"--datasets {' '.join(datasets or [])}; `harness reproduce --list` shows each suite's cells"
+        )
+    return replace(suite, conditions=kept)
+
+
+@dataclass
+class SuiteSummary:
+    """One line of ``harness reproduce --list``: a suite, its description and how many cells it checks."""
+
+    name: str
+    path: Path
+    description: str = ""
+    conditions: int = 0
+    cells: int = 0  # metric checks: conditions x their expected metrics
+    problem: str = ""  # why the suite could not be read (it is listed all the same)
+
+
+def list_suites(references_file: str | Path | None = None) -> list[SuiteSummary]:
+    """Every suite ``harness reproduce NAME`` finds (shipped, then the user's), each read and counted."""
+    summaries = []
+    for name, path in sorted(record_folder_files("suites").items()):
+        try:
+            suite = load_suite(str(path), references_file)
+        except HarnessError as error:
+            summaries.append(SuiteSummary(name, path, problem=str(error)))
+            continue
+        summaries.append(
+            SuiteSummary(
+                name,
+                path,
+                " ".join(suite.description.split()),
+                len(suite.conditions),
+                sum(len(condition.expected) for condition in suite.conditions),
+            )
+        )
+    return summaries
+
+
+def format_suite_list(summaries: list[SuiteSummary]) -> str:
+    """The ``--list`` table: name, conditions, cells and description (or why the suite cannot be read)."""
+    rows = [["suite", "conditions", "cells", "description"]]
+    for summary in summaries:
+        about = f"cannot be read: {summary.problem}" if summary.problem else summary.description
+        counts = ["", ""] if summary.problem else [str(summary.conditions), str(summary.cells)]
+        rows.append([summary.name, *counts, about])
+    return "\n".join(text_table(rows, rule=True, right=(1, 2), last_unpadded=True))
+
+
 # --------------------------------------------------------------------------------------------- running
 
 
@@ -377,8 +480,17 @@ def _skipped(condition: Condition, reason: str) -> list[Check]:
     ]
 
 
-def run_suite(suite: Suite, base_options: EvalOptions, run_eval: RunEval | None = None) -> ReproduceReport:
-    """Run (or reuse) every condition and compare each expected metric; model/data failures are SKIPPED."""
+def run_suite(
+    suite: Suite,
+    base_options: EvalOptions,
+    run_eval: RunEval | None = None,
+    *,
+    allow_skipped: bool = False,
+) -> ReproduceReport:
+    """Run (or reuse) every condition and compare each expected metric; model/data failures are SKIPPED.
+
+    ``allow_skipped``: SKIPPED conditions never fail the report (see :attr:`ReproduceReport.exit_code`).
+    """
     # Looked up at call time so the pipeline can be stood in for (tests, dry runs).
     run_eval = pipeline.run_eval if run_eval is None else run_eval
     prepared = [
@@ -417,7 +529,7 @@ def run_suite(suite: Suite, base_options: EvalOptions, run_eval: RunEval | None 
             checks.append(
                 Check(condition, metric, status, ours=ours, expected=value, result_dir=result.directory)
             )
-    return ReproduceReport(suite=suite, checks=checks)
+    return ReproduceReport(suite=suite, checks=checks, allow_skipped=allow_skipped)
 
 
 # ------------------------------------------------------------------------------------------- reporting
@@ -464,6 +576,7 @@ def format_text(report: ReproduceReport) -> str:
     lines = text_table([_HEADER, *_rows(report, with_reasons=False)], rule=True, last_unpadded=True)
     lines += _reason_lines(report)
     lines += _also_lines(report)
+    lines += _unverified_lines(report)
     lines.append(verdict(report))
     return "\n".join(lines) + "\n"
 
@@ -489,12 +602,30 @@ def _also_lines(report: ReproduceReport) -> list[str]:
     return lines
 
 
+def _unverified_lines(report: ReproduceReport) -> list[str]:
+    """Which published numbers could not be read back from their source: an OK against one is weaker."""
+    unverified = [condition for condition in report.suite.conditions if not condition.verified]
+    return [
+        f"note: {condition.model} on {condition.dataset} is compared against an unverified number "
+        f"(not read back from its source): {condition.source}"
+        for condition in unverified
+    ]
+
+
 def verdict(report: ReproduceReport) -> str:
     counts = f"{report.count(OK)} OK, {report.count(MISS)} MISS, {report.count(SKIPPED)} SKIPPED"
+    name = report.suite.name
+    if report.count(MISS):
+        return f"suite {name}: FAILED ({counts}): a published number was not reproduced"
+    if report.nothing_reproduced:
+        accepted = "accepted by --allow-skipped" if report.allow_skipped else "--allow-skipped accepts this"
+        return (
+            f"suite {name}: NOTHING REPRODUCED ({counts}): no condition could be run here, so no published "
+            f"number was checked ({accepted})"
+        )
     if report.exit_code:
-        why = "a published number was not reproduced" if report.count(MISS) else "conditions were skipped"
-        return f"suite {report.suite.name}: FAILED ({counts}): {why}"
-    return f"suite {report.suite.name}: passed ({counts})"
+        return f"suite {name}: FAILED ({counts}): conditions were skipped and the suite sets fail_on_skip"
+    return f"suite {name}: passed ({counts})"
 
 
 def format_markdown(report: ReproduceReport) -> str:
@@ -502,13 +633,16 @@ def format_markdown(report: ReproduceReport) -> str:
     lines = [f"# Reproduction: {suite.name}", ""]
     if suite.description:
         lines += [suite.description, ""]
-    lines += [f"Suite file: `{suite.path}`. A cell is OK when |ours - published| <= tolerance.", ""]
+    lines += [
+        f"Suite file: `{display_path(suite.path)}`. A cell is OK when |ours - published| <= tolerance.",
+        "",
+    ]
     lines.append("| " + " | ".join(_HEADER) + " |")
     lines.append("|" + "|".join(["---"] * 3 + ["---:"] * 4 + ["---", "---"]) + "|")
     for row in _rows(report, with_reasons=True):
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
     lines.append("")
-    also = [f"- {line}" for line in _also_lines(report)]
+    also = [f"- {line}" for line in [*_also_lines(report), *_unverified_lines(report)]]
     lines += [*also, ""] if also else []
     lines += [f"**{verdict(report)}**", ""]
     return "\n".join(lines)

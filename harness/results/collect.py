@@ -8,6 +8,7 @@ left out.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections import Counter
@@ -18,7 +19,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.datasets.dataset_registry import get_dataset_record
 from harness.models.resolve import resolve_model
-from harness.results.result_store import StoredResult, scan_results
+from harness.results.result_store import SETTINGS_MARK, StoredResult, scan_results
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,10 @@ def _check_data_versions(results: list[StoredResult]) -> tuple[list[StoredResult
 
 
 def _drop_duplicates(results: list[StoredResult]) -> tuple[list[StoredResult], list[tuple[Path, str]]]:
-    """One result per (dataset, split, model): the newest wins, copies are reported."""
+    """One result per (dataset, split, model and settings): the newest wins, copies are reported.
+
+    ``model_slug`` is the result's key (``bm25@top_k=100``), so ablations of one model are all kept.
+    """
     newest: dict[tuple[str, str, str], StoredResult] = {}
     skipped: list[tuple[Path, str]] = []
     for result in sorted(results, key=lambda r: str(r.provenance.get("created_at", "")), reverse=True):
@@ -168,8 +172,8 @@ def _no_aliases(model: str) -> set[str]:
 
 
 def model_labels(result: StoredResult, aliases_of: AliasLookup = _no_aliases) -> set[str]:
-    """Every name a user may call this result's model by: name, slug, the spec given to eval, aliases."""
-    labels = {result.model, result.model_slug}
+    """Every name a user may call this result's model by: name, slug, label, the spec given to eval, aliases."""
+    labels = {result.model, result.model_slug, result.label}
     model_info = result.provenance.get("model", {}) if isinstance(result.provenance, dict) else {}
     for key in ("spec", "record"):
         if isinstance(model_info.get(key), str):
@@ -187,9 +191,13 @@ def _matches(spec: str, result: StoredResult, aliases_of: AliasLookup) -> bool:
         return True
     path = Path(spec).expanduser()
     if path.exists():
-        # A checkpoint folder passed by path: the slug the harness derives from it names the result.
+        # A checkpoint folder passed by path: the results run with its weights (``--weights``), or
+        # the slug the harness derives from it.
+        model_info = result.provenance.get("model") if isinstance(result.provenance, dict) else None
+        if isinstance(model_info, dict) and model_info.get("source") == str(path.resolve()):
+            return True
         try:
-            return resolve_model(spec).slug == result.model_slug
+            return resolve_model(spec).slug == result.model_slug.partition(SETTINGS_MARK)[0]
         except (HarnessError, ImportError):
             return False
     return False
@@ -198,12 +206,22 @@ def _matches(spec: str, result: StoredResult, aliases_of: AliasLookup) -> bool:
 def select_models(
     results: list[StoredResult], specs: list[str], aliases_of: AliasLookup = _no_aliases
 ) -> list[str]:
-    """Model slugs for ``specs`` in the given order; an unknown spec is an error naming the known ones."""
+    """Result keys (``model_slug``) for ``specs`` in the given order; an unknown spec is an error naming
+    the known ones.
+
+    A spec naming one result (its key ``bm25@top_k=100`` or its label) selects that result; a spec naming a
+    model (``bm25``) selects its result under the default settings, or, when it has none, every result of
+    it (e.g. each ``--weights`` run of one record).
+    """
     slugs: list[str] = []
     for spec in specs:
-        found = sorted({r.model_slug for r in results if _matches(spec, r, aliases_of)})
+        found = _exact_matches(spec, results) or sorted(
+            {r.model_slug for r in results if _matches(spec, r, aliases_of)}
+        )
+        if not Path(spec).expanduser().exists():  # a folder: every result of those weights
+            found = [slug for slug in found if SETTINGS_MARK not in slug] or found
         if not found:
-            known = sorted({r.model for r in results})
+            known = sorted({r.label for r in results})
             raise HarnessError(
                 f"no results for model {spec!r}; the results folder has: {', '.join(known) or 'none'}"
             )
@@ -211,8 +229,35 @@ def select_models(
     return slugs
 
 
+def _exact_matches(spec: str, results: list[StoredResult]) -> list[str]:
+    wanted = spec.strip().lower()
+    return sorted({r.model_slug for r in results if wanted in (r.model_slug.lower(), r.label.lower())})
+
+
 def display_labels(results: list[StoredResult], slugs: list[str]) -> dict[str, str]:
-    """slug -> the model name to print, or the slug where two slugs share a name."""
-    names = {slug: next(r.model for r in results if r.model_slug == slug) for slug in slugs}
-    repeated = {name for name, count in Counter(names.values()).items() if count > 1}
-    return {slug: (slug if names[slug] in repeated else names[slug]) for slug in slugs}
+    """slug -> the label to print (:attr:`StoredResult.label`), unique among ``slugs``.
+
+    Two results sharing a label (two runs' ``checkpoint-500``, one ``--label`` given twice) are told apart
+    by the folder holding their model (``run-a/checkpoint-500``), else by a short hash of their key.
+    """
+    by_slug = {slug: next(r for r in results if r.model_slug == slug) for slug in slugs}
+    labels = {slug: result.label for slug, result in by_slug.items()}
+    for qualify in (_with_parent_folder, _with_key_hash):
+        repeated = {label for label, count in Counter(labels.values()).items() if count > 1}
+        labels = {
+            slug: qualify(by_slug[slug], label) if label in repeated else label
+            for slug, label in labels.items()
+        }
+    return labels
+
+
+def _with_parent_folder(result: StoredResult, label: str) -> str:
+    model_info = result.provenance.get("model") if isinstance(result.provenance, dict) else None
+    source = model_info.get("source") if isinstance(model_info, dict) else None
+    if not isinstance(source, str) or not source or result.model_name != Path(source).name:
+        return label
+    return f"{Path(source).parent.name}/{label}"
+
+
+def _with_key_hash(result: StoredResult, label: str) -> str:
+    return f"{label} [{hashlib.sha256(result.model_slug.encode()).hexdigest()[:6]}]"

@@ -34,8 +34,8 @@ from harness import __version__
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write, atomic_write_json, iter_lines, parse_json, read_json_or_none
 from harness.datasets.dataset_registry import dataset_registry
+from harness.datasets.mteb_tasks import MtebTasks, harness_metric, load_mteb_tasks, mteb_metric
 from harness.evaluation.metrics import pretty_metric
-from harness.datasets.mteb_tasks import MAIN_SCORE, MtebTasks, load_mteb_tasks, mteb_metric
 from harness.results.result_store import StoredResult
 
 EXPORT_FORMATS = ("mteb", "model-index")
@@ -96,11 +96,12 @@ def mteb_scores(result: StoredResult, tasks: MtebTasks) -> dict[str, Any]:
         key = mteb_metric(metric)
         if key is not None:
             scores[key] = _rounded(key, value)
-    if MAIN_SCORE not in scores:
+    if record.main_score not in scores:
+        metric = harness_metric(record.main_score) or record.main_score
         raise HarnessError(
-            f"{result.directory}: no ndcg@10, MTEB's main score for {record.task}; rerun with it among --metrics"
+            f"{result.directory}: no {metric}, MTEB's main score for {record.task}; rerun with it among --metrics"
         )
-    return {**scores, "main_score": scores[MAIN_SCORE], "hf_subset": HF_SUBSET, "languages": record.languages}
+    return {**scores, "main_score": scores[record.main_score], "hf_subset": HF_SUBSET, "languages": record.languages}
 
 
 # ------------------------------------------------------------------------------------------ mteb

@@ -1,6 +1,9 @@
-"""The results layout: one folder per (dataset, model) holding the run, its metrics and its provenance.
+"""The results layout: one folder per (dataset, model, settings) holding the run, its metrics and its provenance.
 
-``results/<dataset>/<model-slug>/`` contains
+``results/<dataset>/<model-slug>/`` holds a model's result under the default settings; a run with any
+setting that can move a number away from its default (``top_k``, ``index``, ``precision``, the weights
+given with ``--weights``...) has its own folder ``<model-slug>@<settings>``, e.g. ``bm25@top_k=100``
+(:func:`result_key`), so an ablation never replaces another result. Each folder contains
 
 - ``run.trec``: the TREC run file (real ranks, full-precision scores, trec_eval order);
 - ``metrics.json``: dataset, split, model, the aggregate metrics, per-query values and the evaluation settings;
@@ -13,7 +16,10 @@ replaces the old folder, so an interrupted run never leaves a half-written resul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -30,6 +36,12 @@ RUN_FILE = "run.trec"
 # The two files that together mark a result folder (the output guard refuses writes into one).
 METRICS_FILE, PROVENANCE_FILE = RESULT_MARKERS
 _REQUIRED_METRICS_KEYS = ("dataset", "split", "model", "model_slug", "metrics", "per_query")
+# Between a model's slug and its non-default settings in a folder name: slugs never hold it (slugify).
+SETTINGS_MARK = "@"
+# A settings suffix longer than this, or one whose values need characters a folder name should not
+# hold, ends in a short hash of the exact settings instead of spelling them all out.
+_READABLE_SUFFIX = 48
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -50,6 +62,30 @@ class StoredResult:
     ties: dict[str, Any] = field(default_factory=dict)  # metrics.json "ties" (empty in older results)
     # True when the pipeline returned this folder instead of recomputing it (same config).
     reused: bool = False
+    # metrics.json "identity_settings": the settings that moved away from their defaults (empty in older
+    # results and for default runs), and "label": the name tables print (None in older results).
+    identity_settings: dict[str, Any] = field(default_factory=dict)
+    stored_label: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The column label: ``--label``, else the model (a local folder by its name) and its settings.
+
+        Older results, written before labels were stored, get the label their settings would have given.
+        Labels are unique per result only together: :func:`harness.results.collect.display_labels`.
+        """
+        if self.stored_label:
+            return self.stored_label
+        return settings_label(self.model_name, self.identity_settings)
+
+    @property
+    def model_name(self) -> str:
+        """The model's name without a path: a local checkpoint folder is known by its folder name."""
+        model_info = _mapping(self.provenance.get("model"))
+        folder_name = _mapping(model_info.get("identity")).get("folder_name")
+        if self.model_slug.startswith("local__") and isinstance(folder_name, str) and folder_name:
+            return folder_name
+        return self.model
 
     @property
     def run_path(self) -> Path:
@@ -78,8 +114,48 @@ class StoredResult:
 
 
 def result_dir(results_dir: str | Path, dataset: str, model_slug: str) -> Path:
-    """Where the result of ``model_slug`` on ``dataset`` lives (``/`` in cqadupstack names becomes a folder)."""
+    """Where the result of ``model_slug`` on ``dataset`` lives (``/`` in cqadupstack names becomes a folder).
+
+    ``model_slug`` is a :func:`result_key`: the model's slug, with its non-default settings when it has any.
+    """
     return Path(results_dir) / dataset / model_slug
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return "+".join(f"{name}={_value_text(settings[name])}" for name in sorted(settings))
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def result_key(model_slug: str, settings: dict[str, Any]) -> str:
+    """The result folder's name: the slug alone for default settings, else ``slug@name=value+...``.
+
+    Deterministic; values that a folder name should not hold, or too many of them, become a readable
+    start plus a hash of the exact settings, so two different settings never share a folder.
+    """
+    if not settings:
+        return model_slug
+    text = _settings_text(settings)
+    values_safe = all(_SAFE_VALUE.fullmatch(_value_text(value)) for value in settings.values())
+    if values_safe and len(text) <= _READABLE_SUFFIX:
+        return f"{model_slug}{SETTINGS_MARK}{text}"
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    readable = re.sub(r"[^A-Za-z0-9._=+-]+", "-", text)[: _READABLE_SUFFIX - 11].rstrip("-+")
+    return f"{model_slug}{SETTINGS_MARK}{readable}-{digest}"
+
+
+def settings_label(name: str, settings: dict[str, Any]) -> str:
+    """A column label: the model's name and its non-default settings, e.g. ``bm25 (top_k=100)``."""
+    if not settings:
+        return name
+    shown = ", ".join(f"{key}={_value_text(settings[key])}" for key in sorted(settings))
+    return f"{name} ({shown})"
 
 
 def write_result(
@@ -160,6 +236,8 @@ def load_result(directory: str | Path) -> StoredResult:
         provenance=provenance,
         judged=payload.get("judged") if isinstance(payload.get("judged"), dict) else {},
         ties=payload.get("ties") if isinstance(payload.get("ties"), dict) else {},
+        identity_settings=_mapping(payload.get("identity_settings")),
+        stored_label=payload["label"] if isinstance(payload.get("label"), str) else None,
     )
 
 

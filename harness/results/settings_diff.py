@@ -148,10 +148,12 @@ class ProtocolDiff:
     differences: list[SettingDifference]
     only_a: list[str] = field(default_factory=list)  # settings B does not record
     only_b: list[str] = field(default_factory=list)
+    equal: dict[str, Any] = field(default_factory=dict)  # settings both record, with their common value
 
 
 def protocol_diff(a: Protocol, b: Protocol) -> ProtocolDiff:
-    """The settings recorded on both sides whose values differ, in ``a``'s order, and the one-sided ones."""
+    """The settings recorded on both sides whose values differ, in ``a``'s order, the equal ones and the
+    one-sided ones."""
     differences = [
         SettingDifference(name, a[name], b[name]) for name in a if name in b and a[name] != b[name]
     ]
@@ -159,7 +161,26 @@ def protocol_diff(a: Protocol, b: Protocol) -> ProtocolDiff:
         differences=differences,
         only_a=[name for name in a if name not in b],
         only_b=[name for name in b if name not in a],
+        equal={name: a[name] for name in a if name in b and a[name] == b[name]},
     )
+
+
+def split_mappings(a: Protocol, b: Protocol) -> tuple[Protocol, Protocol]:
+    """``a`` and ``b`` with every setting ``b`` records as a mapping split into one setting per key
+    (``model parameters [k1]``), on both sides, where it stood: a side that records only some keys (a
+    published cell) then differs only on the keys it records, and the others are named as unrecorded."""
+    nested = {name for name, value in b.items() if isinstance(value, Mapping)}
+
+    def split(protocol: Protocol) -> Protocol:
+        flat: Protocol = {}
+        for name, value in protocol.items():
+            if name in nested and isinstance(value, Mapping):
+                flat.update({f"{name} [{key}]": item for key, item in value.items()})
+            else:
+                flat[name] = value
+        return flat
+
+    return split(a), split(b)
 
 
 # ------------------------------------------------------------------------------------- run file headers

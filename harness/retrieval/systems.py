@@ -213,7 +213,7 @@ def fusion_from_options(
     """The fusion the ``--fuse``/``--method`` options describe (None without a method)."""
     if fuse is None:
         if weights or norm or fuse_depth is not None:
-            raise HarnessError("--weights, --norm and --fuse-depth need a fusion method")
+            raise HarnessError("--fuse-weights, --norm and --fuse-depth need a fusion method")
         return None
     return FusionSettings(fuse, rrf_k, norm, tuple(weights) if weights else None, fuse_depth)
 
