@@ -243,3 +243,24 @@ def test_diff_names_a_prompt_difference_between_two_results():
         for d in protocol_diff(result_protocol(claim), result_protocol(plain)).differences
     }
     assert differences["query prefix"] == ("claim: ", "query: ")
+
+
+def test_diff_names_prompt_pooling_and_matryoshka_differences():
+    """Every prompt setting that reaches the vectors is a setting ``harness diff`` names."""
+    from harness.results.result_store import StoredResult
+    from harness.results.settings_diff import protocol_diff, result_protocol
+
+    def stored(record: ModelRecord) -> StoredResult:
+        config = {"model": {"settings": bind_record(record, "scifact", None).vector_settings()}}
+        return StoredResult(Path("r"), "scifact", "test", record.name, "m", {}, {}, 0, {}, {"config": config})
+
+    task = stored(_record(prompts={"SciFact-query": "claim: "}, include_prompt=False, truncate_dim=64))
+    plain = stored(_record(prompts={"query": "claim: "}))
+    differences = {
+        d.setting: (d.a, d.b)
+        for d in protocol_diff(result_protocol(task), result_protocol(plain)).differences
+    }
+    assert "query prefix" not in differences  # the same text, matched under another name
+    assert differences["prompt tokens in pooling"][0] is False
+    assert differences["Matryoshka dimension"][0] == 64
+    assert "prompt names (as mteb resolves them)" in differences

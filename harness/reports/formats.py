@@ -126,7 +126,7 @@ def render_markdown(tableset: TableSet) -> str:
                 + " |"
             )
         if table.shows_average:
-            label = f"average ({len(table.average_over)})"
+            label = f"{table.average_label} ({len(table.average_over)})"
             out.append(
                 "| "
                 + " | ".join([f"*{label}*", *(cell_text(table.average[s]) for s in table.columns)])
@@ -319,7 +319,7 @@ def render_latex(tableset: TableSet) -> str:
             out.append(
                 " & ".join(
                     [
-                        f"Average ({len(table.average_over)})",
+                        f"{table.average_label[:1].upper()}{table.average_label[1:]} ({len(table.average_over)})",
                         *(cell_text(table.average[s]) for s in table.columns),
                     ]
                 )

@@ -127,7 +127,9 @@ def table_html(table: MetricTable, tableset: TableSet) -> str:
         lines.append(f"<tr><th>{escape(row.key)}</th>{cells}</tr>")
     if table.shows_average:
         cells = "".join(_cell_html(table.average[slug], tableset.digits) for slug in table.columns)
-        lines.append(f'<tr class="average pinned"><td>average ({len(table.average_over)})</td>{cells}</tr>')
+        lines.append(
+            f'<tr class="average pinned"><td>{escape(table.average_label)} ({len(table.average_over)})</td>{cells}</tr>'
+        )
     lines.append("</tbody></table>")
     # The explanations: one block of notes under the table.
     notes = legend(table, tableset.significance, tableset.ci, tableset.show)

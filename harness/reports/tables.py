@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from harness.core.errors import HarnessError
+from harness.datasets.mteb_tasks import load_mteb_tasks
 from harness.evaluation.comparison import Comparison, SignificanceSettings, apply_correction, compare_values
 from harness.evaluation.judged import FAR_BELOW, far_below, judged_name
 from harness.evaluation.metrics import canonical_metric_name, empty_ranking_value, split_metric_names
@@ -69,6 +70,8 @@ class MetricTable:
     notes: list[str] = field(default_factory=list)
     judged_k: int | None = None  # k of the judged@k shown beside the cells (nDCG@k tables)
     judged_ceilings: dict[str, float] = field(default_factory=dict)  # row key -> highest judged@k reachable
+    # "average", or a benchmark's own average row when the rows are exactly its tasks (e.g. "BRIGHT average")
+    average_label: str = "average"
 
     @property
     def shows_average(self) -> bool:
@@ -87,6 +90,32 @@ class TableSet:
     show: tuple[str, ...] = ()  # what cells show besides value and mark (SHOWABLE), with a baseline
     # (row key, model slug) -> the result behind that cell (charts need its per-query values)
     sources: dict[tuple[str, str], StoredResult] = field(default_factory=dict)
+
+
+def _benchmark_averages(table: MetricTable, complete_rows: list[Row]) -> None:
+    """A benchmark's own average row (MTEB(eng, v2), BRIGHT, FollowIR: the plain mean of its main metric
+    over all its tasks): the table's average row is named after it when the complete rows are exactly its
+    tasks; when they hold its tasks among others, a note gives each model's benchmark average."""
+    tasks = load_mteb_tasks()
+    datasets = {row.dataset: row for row in complete_rows}
+    for name, benchmark in tasks.benchmarks.items():
+        if benchmark.main_metric != table.metric or not set(benchmark.members) <= set(datasets):
+            continue
+        if set(datasets) == set(benchmark.members):
+            table.average_label = f"{benchmark.title} average"
+            table.notes.append(
+                f"{benchmark.title} average: the mean of {benchmark.main_metric} over its "
+                f"{len(benchmark.members)} tasks, as the benchmark computes it ({benchmark.source})."
+            )
+            continue
+        averages = {
+            table.labels[slug]: tasks.benchmark_average(
+                name, {member: datasets[member].cells[slug].value for member in benchmark.members}
+            )
+            for slug in table.columns
+        }
+        shown = ", ".join(f"{label} {value:.4f}" for label, value in averages.items())
+        table.notes.append(f"{benchmark.title} average over its {len(benchmark.members)} tasks: {shown}.")
 
 
 def _row_keys(results: list[StoredResult]) -> dict[tuple[str, str], str]:
@@ -398,6 +427,7 @@ def build_tables(
                 f"No average row: {', '.join(left_out)} lack(s) a result of some model"
                 + (f", so only {complete_rows[0].key} has them all." if complete_rows else ".")
             )
+        _benchmark_averages(table, complete_rows)
         if baseline_slug is not None and len(columns) > 1:
             _significance(table, by_key, significance)
         if ci:

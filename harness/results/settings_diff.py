@@ -24,6 +24,7 @@ from harness.evaluation.comparison import pair_values
 from harness.evaluation.ir_metadata import read_run_header
 from harness.evaluation.metrics import empty_ranking_value
 from harness.evaluation.trec import Run, read_run, top_k_ranking
+from harness.models.model_registry import DENSE_KINDS
 from harness.results.result_store import StoredResult
 
 Protocol = dict[str, Any]
@@ -69,6 +70,19 @@ def _settings_getter(*keys: str) -> Callable[[StoredResult], Any]:
     return read
 
 
+def _model_setting_or_default(key: str, default: Any) -> Callable[[StoredResult], Any]:
+    """A model setting the record leaves out when it has its default (``include_prompt`` true, right
+    padding, full dimension, prompts matched by role): read as that default for any dense result."""
+
+    def read(result: StoredResult) -> Any:
+        settings = _get(result.provenance, "config", "model", "settings")
+        if not isinstance(settings, Mapping) or settings.get("kind") not in DENSE_KINDS:
+            return None
+        return settings.get(key, default)
+
+    return read
+
+
 def _evaluation_setting(key: str) -> Callable[[StoredResult], Any]:
     """An evaluation setting as metrics.json recorded it, else as the run's config did."""
     return lambda result: result.settings.get(key, _get(result.provenance, "config", "evaluation", key))
@@ -108,6 +122,10 @@ RESULT_SETTINGS: tuple[tuple[str, Callable[[StoredResult], Any]], ...] = (
     ("model kind", _settings_getter("model", "settings", "kind")),
     ("query prefix", _settings_getter("model", "settings", "query_prefix")),
     ("document prefix", _settings_getter("model", "settings", "doc_prefix")),
+    ("prompt names (as mteb resolves them)", _model_setting_or_default("prompt_keys", {})),
+    ("prompt tokens in pooling", _model_setting_or_default("include_prompt", True)),
+    ("padding side", _model_setting_or_default("padding_side", "right")),
+    ("Matryoshka dimension", _model_setting_or_default("truncate_dim", "full")),
     ("pooling", _settings_getter("model", "settings", "pooling")),
     ("normalisation", _settings_getter("model", "settings", "normalize")),
     ("max length", _settings_getter("model", "settings", "max_length")),
