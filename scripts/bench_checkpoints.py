@@ -100,6 +100,7 @@ def run_sequence(code: Path, checkpoints: list[Path], dataset: Path, work: Path)
         env=env,
         capture_output=True,
         text=True,
+        cwd=work,
     ).stdout.strip()
     if not where.startswith(str(code)):
         raise SystemExit(f"PYTHONPATH={code} imports harness from {where}, not from that checkout")
