@@ -38,10 +38,11 @@ from pydantic import PositiveInt, field_validator
 
 from harness.core.artifacts import CorruptArtifact, load_array, save_array
 from harness.core.cache import MANIFEST, CacheLayout, auto_shard_size, digest_of, finished_shards, shard_paths
-from harness.core.config import Record, read_mapping, record_folder_files, validate
+from harness.core.config import Record, validate
 from harness.core.errors import HarnessError, InputError
 from harness.core.fileio import atomic_write_json, read_json_object
 from harness.core.protocols import CorpusSource, TextDocument
+from harness.models.model_registry import record_file
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +74,10 @@ class MultivectorParams(Record):
         return value
 
 
-def record_source(record: Any) -> str:
-    """The YAML file a registry record came from (for error lines), else ``model record NAME``."""
-    for path in record_folder_files("models").values():
-        try:
-            if read_mapping(path).get("name") == record.name:
-                return str(path)
-        except HarnessError:
-            continue
-    return f"model record {record.name}"
-
-
 def multivector_params(record: Any, source: str | Path | None = None) -> MultivectorParams:
     """The record's ``params`` as ``MultivectorParams``; a missing marker or bad key is one line naming
     the record file and the key."""
-    where = source if source is not None else record_source(record)
+    where = source if source is not None else record_file(record)
     params = dict(record.params)
     if params.get("library") == "pylate":
         raise InputError(
@@ -170,7 +160,7 @@ class TokenVectorEncoder:
         self.record = model.record
         if not self.record.is_multivector:
             raise HarnessError(f"model {self.record.name} is kind {self.record.kind}, not multivector")
-        self.where = source if source is not None else record_source(self.record)
+        self.where = source if source is not None else record_file(self.record)
         self.params = multivector_params(self.record, self.where)
         self.device = device
         self.batch_size = batch_size

@@ -35,11 +35,11 @@ from pydantic import PositiveFloat, PositiveInt
 
 from harness.core.artifacts import CorruptArtifact, load_array, save_array
 from harness.core.cache import MANIFEST, CacheLayout, auto_shard_size, digest_of, shard_paths
-from harness.core.config import Record, read_mapping, record_folder_files, validate
+from harness.core.config import Record, validate
 from harness.core.errors import HarnessError
 from harness.core.fileio import atomic_write_json, read_json_object, read_json_or_none
 from harness.core.protocols import CorpusSource, TextDocument
-from harness.models.model_registry import ModelRecord
+from harness.models.model_registry import ModelRecord, record_file
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +64,6 @@ class SparseParams(Record):
     doc_quantization_factor: PositiveFloat | None = (
         None  # documents: round(w * factor) instead (anserini's 100)
     )
-
-
-def record_file(record: ModelRecord) -> str:
-    """The YAML file a record came from (shipped or the user's), or a description when built in code."""
-    for path in record_folder_files("models").values():
-        try:
-            if read_mapping(path).get("name") == record.name:
-                return str(path)
-        except HarnessError:
-            continue
-    return f"model record {record.name}"
 
 
 def sparse_params(record: ModelRecord) -> SparseParams:

@@ -122,9 +122,7 @@ def offline_advice(model_id: str, revision: str | None, record_name: str | None)
     pinned = f" --revision {revision}" if revision else ""
     download = f"download it where there is network (`hf download {model_id}{pinned} --local-dir DIR`)"
     if record_name:
-        return (
-            f"{download}, then run it with its record's settings: --model {record_name} --weights DIR"
-        )
+        return f"{download}, then run it with its record's settings: --model {record_name} --weights DIR"
     return f"{download}, then pass the folder: --model DIR"
 
 

@@ -363,6 +363,18 @@ def drop_deprecated_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     return data
 
 
+def record_file(record: ModelRecord) -> str:
+    """The YAML file a registry record came from (shipped or the user's), for error lines; ``model record
+    NAME`` for one built in code."""
+    for path in record_folder_files("models").values():
+        try:
+            if read_mapping(path).get("name") == record.name:
+                return str(path)
+        except HarnessError:
+            continue
+    return f"model record {record.name}"
+
+
 def load_record(path: str | Path) -> ModelRecord:
     """Read and validate one model YAML file; a bad or unknown key is one error naming the file and key."""
     data = drop_deprecated_keys(read_mapping(path), str(path))

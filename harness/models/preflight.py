@@ -25,7 +25,7 @@ from harness.datasets.dataset_registry import dataset_registry
 from harness.datasets.mteb_tasks import MtebTaskRecord, load_mteb_tasks
 from harness.models.model_registry import ModelRecord
 from harness.models.prompts import INSTRUCTION_KEY, ST_CONFIG, FolderPrompts, folder_prompts, resolve_prompts
-from harness.models.resolve import ResolvedModel
+from harness.models.resolve import ResolvedModel, pooling_from_config
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def read_folder_config(folder: Path) -> FolderConfig:
             if str(module.get("type", "")).endswith("Pooling"):
                 pooling_file = f"{module.get('path') or '.'}/config.json"
                 config = _object(folder / pooling_file) or {}
-                pooling = pooling_mode(config)
+                pooling = pooling_from_config(config)
                 include_prompt = bool(config.get("include_prompt", True))
     max_length, max_length_file = _max_length(folder, bert_config)
     return FolderConfig(
@@ -154,23 +154,6 @@ def _max_length(folder: Path, bert_config: dict[str, Any] | None) -> tuple[int |
         if isinstance(tokenizer_length, int) and 0 < tokenizer_length < 1_000_000:
             return tokenizer_length, "tokenizer_config.json (model_max_length)"
     return None, ""
-
-
-def pooling_mode(config: dict[str, Any]) -> str:
-    """A Pooling module's mode in the record's words (``lasttoken`` is ``last``; flags for older files)."""
-    mode = config.get("pooling_mode")
-    if mode is None:
-        flags = {
-            "pooling_mode_cls_token": "cls",
-            "pooling_mode_mean_tokens": "mean",
-            "pooling_mode_lasttoken": "last",
-            "pooling_mode_max_tokens": "max",
-            "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-            "pooling_mode_weightedmean_tokens": "weightedmean",
-        }
-        return "+".join(value for key, value in flags.items() if config.get(key)) or "mean"
-    modes = [mode] if isinstance(mode, str) else list(mode)
-    return "+".join("last" if m == "lasttoken" else m for m in modes)
 
 
 def _object(path: Path) -> dict[str, Any] | None:

@@ -319,7 +319,7 @@ def record_from_folder(
         for module in modules:
             kind = str(module.get("type", ""))
             if kind.endswith("Pooling"):
-                pooling = _pooling_from_config(
+                pooling = pooling_from_config(
                     _read_json(folder / module.get("path", "") / "config.json") or {}
                 )
                 pooling_note = f"{pooling} (from {module.get('path') or '.'}/config.json)"
@@ -375,7 +375,8 @@ def record_from_folder(
     return record, assumed
 
 
-def _pooling_from_config(config: dict) -> str:
+def pooling_from_config(config: dict) -> str:
+    """A Pooling module's mode in a record's words (``lasttoken`` is ``last``; flags for older files)."""
     mode = config.get("pooling_mode")
     if mode is None:  # the older boolean flags
         flags = {

@@ -101,7 +101,12 @@ def mteb_scores(result: StoredResult, tasks: MtebTasks) -> dict[str, Any]:
         raise HarnessError(
             f"{result.directory}: no {metric}, MTEB's main score for {record.task}; rerun with it among --metrics"
         )
-    return {**scores, "main_score": scores[record.main_score], "hf_subset": HF_SUBSET, "languages": record.languages}
+    return {
+        **scores,
+        "main_score": scores[record.main_score],
+        "hf_subset": HF_SUBSET,
+        "languages": record.languages,
+    }
 
 
 # ------------------------------------------------------------------------------------------ mteb

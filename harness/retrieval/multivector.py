@@ -33,6 +33,7 @@ from harness.encoding.multivector import (
     TokenVectorCache,
     TokenVectorEncoder,
 )
+from harness.retrieval.dense import to_run
 from harness.retrieval.settings import RetrievalSettings
 
 log = logging.getLogger(__name__)
@@ -184,28 +185,6 @@ def exact_search(
         np.asarray(doc_ids, dtype=object)[best.positions].tolist() if k else [[] for _ in range(len(queries))]
     )
     return best.scores, names
-
-
-def to_run(
-    query_ids: Sequence[str],
-    scores: np.ndarray,
-    names: list[list[str]],
-    top_k: int,
-    *,
-    drop_identical_ids: bool,
-) -> Run:
-    """The search output as a run (a hit whose id equals the query's dropped when the dataset says so)."""
-    run: Run = {}
-    for row, qid in enumerate(query_ids):
-        hits: dict[str, float] = {}
-        for doc_id, score in zip(names[row], scores[row], strict=True):
-            if drop_identical_ids and doc_id == qid:
-                continue
-            hits[doc_id] = float(score)
-            if len(hits) == top_k:
-                break
-        run[qid] = hits
-    return run
 
 
 # ---- MaxSim re-ranking of a first-stage run ---------------------------------------------------------
